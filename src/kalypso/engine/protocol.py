@@ -1,0 +1,270 @@
+"""The engine protocol: what Kalypso needs from an LLM serving engine.
+
+The engine layer knows nothing of query plans. Everything above it (planner, scheduler)
+sees only what this module defines:
+
+* requests given as *token ids* (so prompts of dependent operators share a prefix to the
+  token and to the block), each with its own ``max_tokens`` and ``priority``;
+* per-request results with the output, the finish reason and the number of prompt tokens
+  the engine found in its prefix cache (``cached_tokens``);
+* the engine's KV capacity in blocks and tokens, and live statistics.
+
+Three backends implement it: :class:`kalypso.engine.vllm_local.LocalVLLMEngine`
+(vLLM in-process), :class:`kalypso.engine.vllm_http.HTTPVLLMEngine` (a vLLM server) and
+:class:`kalypso.engine.sim.SimEngine` (a deterministic simulator of a paged LRU prefix cache).
+
+Priority follows vLLM's convention: a *lower* number is admitted first; ties are admitted
+in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class EngineError(RuntimeError):
+    """An engine failed or refused a request; the message says what to do about it."""
+
+
+class PromptTooLongError(EngineError, ValueError):
+    """A prompt (plus its ``max_tokens``) does not fit the model's context window.
+
+    Raised before the request reaches the engine; names the request.
+    """
+
+
+class UnsupportedFeatureError(EngineError):
+    """The backend does not implement an optional feature (for example explicit pinning)."""
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One completion request, prompt given as token ids.
+
+    Attributes:
+        request_id: unique among the requests in flight on one engine.
+        prompt_token_ids: the full prompt, already tokenized by the engine's tokenizer.
+        max_tokens: upper bound on generated tokens; hitting it finishes with "length".
+        priority: lower is admitted first (vLLM's convention); ties in arrival order.
+        greedy: greedy decoding (temperature 0) when true, else ``temperature`` sampling.
+        temperature: used only when ``greedy`` is false.
+        stop: strings that end generation (finish reason "stop"), not included in the text.
+        ignore_eos: keep generating past the end-of-sequence token (for load generation).
+        pin_key: reserved for explicit pinning (scheduler issue); backends without pinning
+            reject a request that sets it with :class:`UnsupportedFeatureError`.
+    """
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    priority: int = 0
+    greedy: bool = True
+    temperature: float = 0.0
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    pin_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            raise ValueError("request_id must be a non-empty string")
+        if len(self.prompt_token_ids) == 0:
+            raise ValueError(f"request {self.request_id!r}: the prompt is empty")
+        if self.max_tokens < 1:
+            raise ValueError(f"request {self.request_id!r}: max_tokens must be >= 1")
+        if not self.greedy and self.temperature <= 0:
+            raise ValueError(f"request {self.request_id!r}: sampling needs temperature > 0")
+        if not isinstance(self.prompt_token_ids, tuple):
+            object.__setattr__(self, "prompt_token_ids", tuple(self.prompt_token_ids))
+
+
+@dataclass(frozen=True)
+class RequestTimings:
+    """Seconds from submission (on the engine's clock: wall time, or virtual for the sim)."""
+
+    queued_s: float
+    """Time waiting before the engine first scheduled the request (0 when unknown)."""
+    first_token_s: float
+    """Time to first generated token."""
+    total_s: float
+    """Time until the request finished."""
+    scheduled_at_s: float = 0.0
+    """When the engine first scheduled the request, on the engine's own clock. Comparable
+    only between requests of one engine: sorting by it gives the admission order."""
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """What the engine returned for one request."""
+
+    request_id: str
+    output_token_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int
+    cached_tokens: int
+    """Prompt tokens served from the prefix cache (always a multiple of the block size
+    for a paged cache, and at most ``prompt_tokens - 1``: the last prompt token is always
+    computed to produce the first output)."""
+    timings: RequestTimings
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens the engine actually computed."""
+        return self.prompt_tokens - self.cached_tokens
+
+
+@dataclass(frozen=True)
+class EngineCapacity:
+    """The KV cache as the engine allocated it."""
+
+    num_blocks: int
+    block_size_tokens: int
+    max_model_len_tokens: int
+    """Longest sequence (prompt + output) one request may have."""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.num_blocks * self.block_size_tokens
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks needed to hold ``num_tokens`` tokens (rounded up)."""
+        return -(-num_tokens // self.block_size_tokens)
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's scheduler and prefix cache.
+
+    Prefix-cache counters are cumulative since the engine started, in tokens, as vLLM
+    reports them: ``queries`` counts prompt tokens looked up, ``hits`` those found.
+    """
+
+    running_requests: int
+    waiting_requests: int
+    prefix_cache_queries_tokens: int
+    prefix_cache_hits_tokens: int
+    kv_usage_fraction: float
+    """Fraction of blocks held by running (or pinned) requests; cached-but-free blocks
+    are not counted, as in vLLM."""
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Encodes prompts to the engine's token ids and decodes outputs."""
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens added."""
+        ...
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        ...
+
+    @property
+    def eos_token_id(self) -> int | None:
+        ...
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An async LLM engine with an observable prefix cache.
+
+    Contract:
+        * ``generate`` may be awaited concurrently from many tasks; the engine batches
+          whatever is in flight (continuous batching) and admits by ``priority``.
+        * A prompt that cannot fit the context is rejected with
+          :class:`PromptTooLongError` before it reaches the engine.
+        * A failure of the engine (a dead subprocess or server) raises
+          :class:`EngineError` in every waiting caller.
+        * ``close`` stops everything the engine started; it is idempotent.
+    """
+
+    @property
+    def name(self) -> str:
+        """Short description, for reports ("vllm-local:<model>", "sim:<profile>")."""
+        ...
+
+    @property
+    def capacity(self) -> EngineCapacity:
+        ...
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        ...
+
+    @property
+    def supports_pinning(self) -> bool:
+        """Whether requests may carry a ``pin_key`` and ``unpin`` releases it."""
+        ...
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Run one request to completion."""
+        ...
+
+    async def stats(self) -> EngineStats:
+        ...
+
+    async def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix not held by a running request."""
+        ...
+
+    async def unpin(self, pin_key: str) -> None:
+        """Release the blocks kept under ``pin_key`` (no-op if nothing is pinned)."""
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+@dataclass
+class BatchOutcome:
+    """Results of :func:`generate_batch` in request order, with totals."""
+
+    results: list[GenerateResult] = field(default_factory=list)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.prompt_tokens for r in self.results)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(r.cached_tokens for r in self.results)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(r.prefill_tokens for r in self.results)
+
+
+async def generate_batch(engine: Engine, requests: Sequence[GenerateRequest]) -> BatchOutcome:
+    """Submit all ``requests`` at once and wait for every result (in request order).
+
+    If one request fails, the others are cancelled and the first error is raised.
+    """
+    tasks = [asyncio.ensure_future(engine.generate(r)) for r in requests]
+    try:
+        results = await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return BatchOutcome(results=list(results))
+
+
+def check_fits_context(request: GenerateRequest, capacity: EngineCapacity) -> None:
+    """Raise :class:`PromptTooLongError` if the request cannot fit the model's context."""
+    needed = len(request.prompt_token_ids) + request.max_tokens
+    if needed > capacity.max_model_len_tokens:
+        raise PromptTooLongError(
+            f"request {request.request_id!r}: prompt of {len(request.prompt_token_ids)} tokens"
+            f" plus max_tokens={request.max_tokens} exceeds the model context of"
+            f" {capacity.max_model_len_tokens} tokens"
+        )

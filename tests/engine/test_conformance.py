@@ -1,0 +1,167 @@
+"""One conformance suite for every engine backend: the simulator and real vLLM on CPU
+(in-process and over HTTP) must agree on these behaviours."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from kalypso.engine.protocol import (
+    GenerateRequest,
+    PromptTooLongError,
+)
+from tests.conftest import EngineUnderTest
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _words(seed: int, n_words: int) -> str:
+    rng = random.Random(seed)
+    vocab = ["alpha", "battery", "clause", "delta", "engine", "forest", "garden", "harbor",
+             "island", "jungle", "kernel", "lemon", "mountain", "network", "ocean", "planet",
+             "quartz", "river", "signal", "tunnel", "umbrella", "valley", "window", "yellow"]  # fmt: skip
+    return " ".join(rng.choice(vocab) for _ in range(n_words))
+
+
+def _tokens(eut: EngineUnderTest, seed: int, n_tokens: int) -> list[int]:
+    """Exactly ``n_tokens`` token ids of varied text (distinct per seed)."""
+    ids: list[int] = []
+    words = 2 * n_tokens
+    while len(ids) < n_tokens:
+        ids = eut.engine.tokenizer.encode(f"[{seed}] " + _words(seed, words))
+        words *= 2
+    return ids[:n_tokens]
+
+
+async def test_capacity_matches_engine(any_engine: EngineUnderTest) -> None:
+    capacity = any_engine.engine.capacity
+    assert capacity.num_blocks == any_engine.expected_num_blocks
+    assert capacity.total_tokens == capacity.num_blocks * capacity.block_size_tokens
+    assert 0 < capacity.max_model_len_tokens <= capacity.total_tokens
+
+
+async def test_shared_prefix_reports_every_full_shared_block(
+    any_engine: EngineUnderTest,
+) -> None:
+    engine = any_engine.engine
+    block = engine.capacity.block_size_tokens
+    await engine.reset_prefix_cache()
+    prefix = _tokens(any_engine, 1, 3 * block + block // 2)  # 3.5 blocks
+    first = GenerateRequest("first", tuple([*prefix, *_tokens(any_engine, 2, 20)]), 4)
+    second = GenerateRequest("second", tuple([*prefix, *_tokens(any_engine, 3, 20)]), 4)
+    r1 = await engine.generate(first)
+    r2 = await engine.generate(second)
+    assert r1.cached_tokens == 0
+    assert r2.cached_tokens == 3 * block
+    assert r2.prefill_tokens == len(second.prompt_token_ids) - 3 * block
+
+
+async def test_whole_prompt_cached_still_computes_last_token(
+    any_engine: EngineUnderTest,
+) -> None:
+    engine = any_engine.engine
+    block = engine.capacity.block_size_tokens
+    await engine.reset_prefix_cache()
+    prompt = tuple(_tokens(any_engine, 4, 2 * block))  # exactly two full blocks
+    await engine.generate(GenerateRequest("once", prompt, 2))
+    again = await engine.generate(GenerateRequest("again", prompt, 2))
+    assert again.cached_tokens == block  # the last block holds the token that must be computed
+
+
+async def test_max_tokens_is_honoured_with_finish_reason_length(
+    any_engine: EngineUnderTest,
+) -> None:
+    request = GenerateRequest(
+        "capped", tuple(_tokens(any_engine, 5, 40)), max_tokens=5, ignore_eos=True
+    )
+    result = await any_engine.engine.generate(request)
+    assert result.finish_reason == "length"
+    assert result.output_tokens == 5
+    assert result.prompt_tokens == 40
+
+
+async def test_greedy_decoding_is_deterministic(any_engine: EngineUnderTest) -> None:
+    prompt = tuple(_tokens(any_engine, 6, 60))
+    a = await any_engine.engine.generate(GenerateRequest("a", prompt, 12))
+    b = await any_engine.engine.generate(GenerateRequest("b", prompt, 12))
+    assert a.output_token_ids == b.output_token_ids
+    assert a.text == b.text
+
+
+async def test_lru_evicts_first_prefix_after_overflow(any_engine: EngineUnderTest) -> None:
+    engine = any_engine.engine
+    capacity = engine.capacity
+    block = capacity.block_size_tokens
+    await engine.reset_prefix_cache()
+    prefix = _tokens(any_engine, 10, 4 * block)
+    await engine.generate(GenerateRequest("victim", tuple([*prefix, *_tokens(any_engine, 11, 8)]), 2))
+    # Distinct prompts that together need more blocks than the cache has.
+    filler_tokens = (capacity.max_model_len_tokens // 2 // block) * block
+    needed = capacity.total_tokens + 2 * block
+    seed = 100
+    while needed > 0:
+        await engine.generate(GenerateRequest(f"filler{seed}", tuple(_tokens(any_engine, seed, filler_tokens)), 2))
+        needed -= filler_tokens
+        seed += 1
+    probe = await engine.generate(
+        GenerateRequest("probe", tuple([*prefix, *_tokens(any_engine, 12, 8)]), 2)
+    )
+    assert probe.cached_tokens == 0
+
+
+async def test_priorities_order_admission_when_saturated(any_engine: EngineUnderTest) -> None:
+    """``max_num_seqs=1``: while a long request runs, later requests wait; they are admitted
+    lowest priority number first, ties in arrival order."""
+    engine = any_engine.engine
+    blocker = GenerateRequest(
+        "blocker", tuple(_tokens(any_engine, 20, 64)), max_tokens=48, ignore_eos=True, priority=-1
+    )
+    blocker_task = asyncio.ensure_future(engine.generate(blocker))
+    for _ in range(400):
+        if (await engine.stats()).running_requests >= 1 or blocker_task.done():
+            break
+        await asyncio.sleep(0.01)
+    assert not blocker_task.done(), "the blocker finished before the others were submitted"
+    priorities = [3, 1, 4, 0, 2, 1]
+    finished: list[str] = []
+
+    async def run(i: int, priority: int) -> None:
+        request = GenerateRequest(
+            f"p{priority}-{i}", tuple(_tokens(any_engine, 30 + i, 24)), max_tokens=2,
+            ignore_eos=True, priority=priority,
+        )  # fmt: skip
+        await engine.generate(request)
+        finished.append(request.request_id)
+
+    await asyncio.gather(*(run(i, p) for i, p in enumerate(priorities)), blocker_task)
+    assert finished == ["p0-3", "p1-1", "p1-5", "p2-4", "p3-0", "p4-2"]
+
+
+async def test_prompt_longer_than_context_is_rejected_before_sending(
+    any_engine: EngineUnderTest,
+) -> None:
+    engine = any_engine.engine
+    too_long = GenerateRequest("huge", tuple([1] * engine.capacity.max_model_len_tokens), 8)
+    before = await engine.stats()
+    with pytest.raises(PromptTooLongError, match="huge"):
+        await engine.generate(too_long)
+    after = await engine.stats()
+    assert after.prefix_cache_queries_tokens == before.prefix_cache_queries_tokens
+
+
+async def test_stats_count_prefix_cache_tokens(any_engine: EngineUnderTest) -> None:
+    engine = any_engine.engine
+    prompt = tuple(_tokens(any_engine, 40, 3 * engine.capacity.block_size_tokens))
+    await engine.generate(GenerateRequest("s1", prompt, 2))
+    before = await engine.stats()
+    result = await engine.generate(GenerateRequest("s2", prompt, 2))
+    for _ in range(100):  # vLLM publishes scheduler stats after its steps
+        after = await engine.stats()
+        if after.prefix_cache_hits_tokens > before.prefix_cache_hits_tokens:
+            break
+        await asyncio.sleep(0.02)
+    assert result.cached_tokens > 0
+    assert after.prefix_cache_hits_tokens - before.prefix_cache_hits_tokens == result.cached_tokens
+    assert after.running_requests == 0 and after.waiting_requests == 0
