@@ -266,10 +266,11 @@ class LocalVLLMEngine:
         if self._closed:
             return
         self._closed = True
-        self._llm.shutdown()
-        # Drop the reference now: vLLM's __del__ shuts down again, which fails noisily
-        # when it only runs at interpreter exit.
-        del self._llm
+        llm = self._llm
+        llm.shutdown()
+        # vLLM's __del__ calls shutdown() again; at interpreter exit that second call fails
+        # with a noisy traceback. It has nothing left to do, so make it a no-op.
+        llm.shutdown = lambda *args, **kwargs: None  # type: ignore[method-assign]
 
     def _check_open(self) -> None:
         if self._closed:
