@@ -119,10 +119,12 @@ async def test_priorities_order_admission_when_saturated(any_engine: EngineUnder
         "blocker", tuple(_tokens(any_engine, 20, 64)), max_tokens=48, ignore_eos=True, priority=-1
     )
     blocker_task = asyncio.ensure_future(engine.generate(blocker))
-    for _ in range(400):
+    for poll in range(1000):
         if (await engine.stats()).running_requests >= 1 or blocker_task.done():
             break
-        await asyncio.sleep(0.01)
+        # the simulator runs on a virtual clock: any wall-clock sleep lets it finish the
+        # blocker, so poll with bare yields first; real engines need real time to start it
+        await asyncio.sleep(0 if poll < 50 else 0.01)
     assert not blocker_task.done(), "the blocker finished before the others were submitted"
     priorities = [3, 1, 4, 0, 2, 1]
     finished: list[str] = []

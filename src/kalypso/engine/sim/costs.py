@@ -1,0 +1,127 @@
+"""Cost profiles: how long one simulated engine step takes, and the KV capacity it models.
+
+One engine step computes a batch: some prompt tokens (prefill, possibly chunks of several
+requests) and one token for each decoding request. Its duration on the virtual clock is::
+
+    step_s = per_step_s
+             + prefill_tokens_in_step * per_prefill_token_s
+             + decode_seqs_in_step * per_decode_token_s
+
+Two named profiles are registered in :data:`PROFILES`:
+
+``"smollm2-cpu"``
+    SmolLM2-135M-Instruct on vLLM's CPU backend with 2 cores. The step costs are
+    placeholders until calibrated (about 600 prefill tokens/s, 10 ms per step, 4 ms per
+    decoding sequence). The capacity is what vLLM allocates with Kalypso's default KV
+    cache of 256 MiB: SmolLM2-135M keeps 2 (K, V) x 30 layers x 3 KV heads x 64 dims x
+    2 bytes (bf16) = 23,040 bytes per token; vLLM's CPU backend uses 128-token blocks by
+    default (vLLM 0.32 ``CpuPlatform.check_and_update_config``), so 256 MiB holds
+    268,435,456 // (128 x 23,040) = 91 blocks (11,648 tokens). The context is the
+    model's 8,192 tokens.
+
+``"llama-3.3-70b-4xgpu"``
+    Llama-3.3-70B-Instruct in BF16 on 4 x H100-SXM-80GB, tensor parallel 4, vLLM with
+    ``gpu_memory_utilization=0.9``. Estimated from public hardware and model figures,
+    not measured:
+
+    * Prefill is compute-bound: about 2 x 70.6e9 = 141 GFLOP per token. Four H100 SXM
+      give 4 x 989 = 3,956 dense BF16 TFLOP/s at peak; at the 35-45 % utilisation a
+      tensor-parallel prefill typically reaches, that is 10,000-12,600 tokens/s. We take
+      12,000 tokens/s.
+    * Decode is bandwidth-bound: each step reads every GPU's weight shard
+      (141 GB / 4 = 35 GB) at 3.35 TB/s, 10.5 ms at peak; with realistic bandwidth
+      (about 70 %), two all-reduces per layer over 80 layers and scheduling overhead,
+      about 22 ms per step. Each decoding sequence adds its KV reads and a share of the
+      matmuls, about 0.15 ms (so 32 ms per step at 64 sequences, 60 ms at 256), which is
+      within the 25-40 ms per step usually reported for 70B models on 4 GPUs.
+    * Capacity: per GPU 0.9 x 79.6 GiB = 71.6 GiB, minus 32.9 GiB of weights
+      (70.6e9 x 2 bytes / 4) and about 4 GiB of activations, leaves ~34.7 GiB for KV.
+      Llama-3.3-70B keeps 2 x 80 layers x 8 KV heads x 128 dims x 2 bytes = 320 KiB per
+      token, 80 KiB per GPU under TP 4, so ~455,000 tokens: 28,000 blocks of 16 tokens
+      (448,000 tokens). An FP8 KV cache would double that (~900,000 tokens). The context
+      is the model's 131,072 tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kalypso.engine.protocol import EngineCapacity
+
+CALIBRATION_NOTE = "placeholders until calibrated; see kalypso.engine.sim.calibrate"
+
+GENERIC_CAPACITY = EngineCapacity(num_blocks=1024, block_size_tokens=16, max_model_len_tokens=8192)
+"""Default capacity of an ad-hoc profile (SimEngine's arguments override it)."""
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """Virtual-clock step costs of one model on one machine, and its default capacity.
+
+    Attributes:
+        name: short name, used in the engine name ("sim:<name>").
+        per_step_s: fixed cost of every step that computes anything.
+        per_prefill_token_s: cost of each prompt token computed (not served from cache).
+        per_decode_token_s: cost of each request generating one token in the step.
+        notes: where the numbers come from and how trustworthy they are.
+        capacity: KV blocks, block size and context the engine defaults to.
+    """
+
+    name: str
+    per_step_s: float
+    per_prefill_token_s: float
+    per_decode_token_s: float
+    notes: str = ""
+    capacity: EngineCapacity = GENERIC_CAPACITY
+
+    def __post_init__(self) -> None:
+        costs = (self.per_step_s, self.per_prefill_token_s, self.per_decode_token_s)
+        if min(costs) < 0:
+            raise ValueError(f"profile {self.name!r}: costs must be >= 0, got {costs}")
+
+    def step_time_s(self, prefill_tokens: int, decode_seqs: int) -> float:
+        """Duration of one step computing ``prefill_tokens`` prompt tokens and one token
+        for each of ``decode_seqs`` decoding requests."""
+        return (
+            self.per_step_s
+            + prefill_tokens * self.per_prefill_token_s
+            + decode_seqs * self.per_decode_token_s
+        )
+
+
+SMOLLM2_CPU = CostProfile(
+    name="smollm2-cpu",
+    per_step_s=0.01,
+    per_prefill_token_s=1 / 600,
+    per_decode_token_s=0.004,
+    notes=(
+        f"SmolLM2-135M on vLLM CPU, 2 cores; step costs are {CALIBRATION_NOTE}."
+        " Capacity: 256 MiB of KV cache at 23,040 bytes per token in 128-token blocks."
+    ),
+    capacity=EngineCapacity(num_blocks=91, block_size_tokens=128, max_model_len_tokens=8192),
+)
+
+LLAMA_3_3_70B_4XGPU = CostProfile(
+    name="llama-3.3-70b-4xgpu",
+    per_step_s=0.022,
+    per_prefill_token_s=1 / 12_000,
+    per_decode_token_s=0.00015,
+    notes=(
+        "Llama-3.3-70B BF16 on 4x H100-SXM-80GB, TP 4: estimated, not measured."
+        " Prefill 12,000 tokens/s (141 GFLOP/token at ~40% of 3,956 TFLOP/s);"
+        " decode 22 ms per step + 0.15 ms per sequence (35 GB weight shard per GPU at"
+        " ~70% of 3.35 TB/s plus all-reduces); KV 28,000 blocks x 16 tokens from"
+        " ~34.7 GiB per GPU at 80 KiB per token per GPU (BF16 KV, memory utilisation 0.9)."
+    ),
+    capacity=EngineCapacity(num_blocks=28_000, block_size_tokens=16, max_model_len_tokens=131_072),
+)
+
+PROFILES: dict[str, CostProfile] = {p.name: p for p in (SMOLLM2_CPU, LLAMA_3_3_70B_4XGPU)}
+
+
+def get_profile(name: str) -> CostProfile:
+    """The registered profile called ``name``; KeyError lists the known names."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise KeyError(f"unknown cost profile {name!r}; known: {sorted(PROFILES)}") from None

@@ -1,0 +1,289 @@
+"""The simulated engine: vLLM v1's paged prefix cache and scheduler on a virtual clock.
+
+:class:`SimEngine` implements :class:`kalypso.engine.protocol.Engine`. ``generate``
+queues a request and awaits its result; a step loop (an asyncio task started by the first
+``generate``, stopped by ``close``) runs one engine step at a time:
+
+1. it first yields to the event loop ``yields_per_step`` times, so that callers that were
+   just handed a result can submit their next request before the step is planned (in
+   asyncio this is deterministic: the same program produces the same batches);
+2. it plans the step (:class:`~kalypso.engine.sim.scheduler.Scheduler`), advances the
+   virtual clock by the profile's step cost, applies the step and resolves the futures
+   of finished requests.
+
+When there is nothing to do the loop waits on an event. The engine never sleeps on wall
+time: a step costs only the Python work to simulate it. All times it reports (request
+timings, :attr:`SimEngine.now_s`) are virtual seconds since the engine was created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+
+from kalypso.engine.protocol import (
+    EngineCapacity,
+    EngineError,
+    EngineStats,
+    GenerateRequest,
+    GenerateResult,
+    RequestTimings,
+    Tokenizer,
+    check_fits_context,
+)
+from kalypso.engine.sim.block_pool import BlockPool, KVEventSink
+from kalypso.engine.sim.costs import CostProfile, get_profile
+from kalypso.engine.sim.kv_cache_manager import KVCacheManager
+from kalypso.engine.sim.outputs import SimOutputModel
+from kalypso.engine.sim.request import SimRequest
+from kalypso.engine.sim.scheduler import Scheduler, SchedulerConfig
+from kalypso.engine.sim.tokenizer import WordTokenizer
+
+
+class SimEngine:
+    """A deterministic simulated engine with a paged LRU prefix cache.
+
+    Args:
+        profile: a registered profile name or a :class:`CostProfile`; gives the step
+            costs and the default capacity.
+        num_blocks: KV blocks (default: the profile's).
+        block_size_tokens: tokens per block (default: the profile's).
+        max_model_len_tokens: longest prompt + output. Default: the profile's, capped to
+            the pool's tokens (vLLM refuses to start otherwise). A larger value may be
+            given; a request that could outgrow the pool is then rejected.
+        max_num_seqs: most requests running at once.
+        max_num_batched_tokens: tokens computed per step (chunked prefill).
+        outputs: the output model (default: ``SimOutputModel()``).
+        tokenizer: any tokenizer (default: a :class:`WordTokenizer`).
+        on_kv_event: called with every KV cache event (``BlockStored``,
+            ``BlockRemoved``, ``AllBlocksCleared``) as it happens.
+        yields_per_step: event-loop turns given to callers before each step.
+
+    Attributes:
+        block_pool: the KV block pool, for inspection (hashes, free queue, pins).
+        num_steps: steps that computed something.
+
+    A request with a ``pin_key`` keeps its full (cached) blocks referenced after it
+    finishes, until ``unpin(pin_key)``; a request that can never be admitted beside the
+    pinned blocks fails with :class:`EngineError` instead of waiting forever.
+    """
+
+    def __init__(
+        self,
+        profile: str | CostProfile = "smollm2-cpu",
+        *,
+        num_blocks: int | None = None,
+        block_size_tokens: int | None = None,
+        max_model_len_tokens: int | None = None,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = 2048,
+        outputs: SimOutputModel | None = None,
+        tokenizer: Tokenizer | None = None,
+        on_kv_event: KVEventSink | None = None,
+        yields_per_step: int = 8,
+    ) -> None:
+        self._profile = get_profile(profile) if isinstance(profile, str) else profile
+        default = self._profile.capacity
+        num_blocks = default.num_blocks if num_blocks is None else num_blocks
+        if block_size_tokens is None:
+            block_size_tokens = default.block_size_tokens
+        if max_model_len_tokens is None:
+            max_model_len_tokens = min(default.max_model_len_tokens, num_blocks * block_size_tokens)
+        self._capacity = EngineCapacity(num_blocks, block_size_tokens, max_model_len_tokens)
+        self._tokenizer: Tokenizer = tokenizer if tokenizer is not None else WordTokenizer()
+        self._outputs = outputs if outputs is not None else SimOutputModel()
+        self.block_pool = BlockPool(self._capacity.num_blocks, on_event=on_kv_event)
+        self._scheduler = Scheduler(
+            KVCacheManager(self.block_pool, self._capacity.block_size_tokens),
+            SchedulerConfig(max_num_seqs, max_num_batched_tokens),
+        )
+        self._yields_per_step = yields_per_step
+        self._futures: dict[str, asyncio.Future[GenerateResult]] = {}
+        self._arrivals = itertools.count()
+        self._now_s = 0.0
+        self.num_steps = 0
+        self._wake: asyncio.Event | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._closed_reason: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"sim:{self._profile.name}"
+
+    @property
+    def profile(self) -> CostProfile:
+        return self._profile
+
+    @property
+    def capacity(self) -> EngineCapacity:
+        return self._capacity
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    @property
+    def supports_pinning(self) -> bool:
+        return True
+
+    @property
+    def now_s(self) -> float:
+        """The virtual clock: seconds of simulated engine time since creation."""
+        return self._now_s
+
+    @property
+    def num_evicted_blocks(self) -> int:
+        """Cached blocks evicted so far to make room."""
+        return self.block_pool.num_evicted_blocks
+
+    @property
+    def num_preemptions(self) -> int:
+        """Running requests preempted so far (freed, to be recomputed)."""
+        return self._scheduler.num_preemptions
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Run one request to completion on the simulated engine.
+
+        Raises:
+            PromptTooLongError: prompt + ``max_tokens`` exceeds the context.
+            EngineError: the request could never fit the KV pool, its id is already in
+                flight, or the engine is (or gets) closed.
+        """
+        if self._closed_reason is not None:
+            raise EngineError(f"request {request.request_id!r}: {self._closed_reason}")
+        check_fits_context(request, self._capacity)
+        prompt_len = len(request.prompt_token_ids)
+        needed_blocks = self._capacity.blocks_for(prompt_len + request.max_tokens - 1)
+        if needed_blocks > self._capacity.num_blocks:
+            raise EngineError(
+                f"request {request.request_id!r}: a prompt of {prompt_len} tokens plus"
+                f" max_tokens={request.max_tokens} needs {needed_blocks} KV blocks of"
+                f" {self._capacity.block_size_tokens} tokens, more than the whole pool of"
+                f" {self._capacity.num_blocks}"
+            )
+        if request.request_id in self._futures:
+            raise EngineError(f"request id {request.request_id!r} is already in flight")
+        completion = self._outputs.complete(
+            request.prompt_token_ids,
+            max_tokens=request.max_tokens,
+            tokenizer=self._tokenizer,
+            ignore_eos=request.ignore_eos,
+            stop=request.stop,
+        )
+        future: asyncio.Future[GenerateResult] = asyncio.get_running_loop().create_future()
+        self._futures[request.request_id] = future
+        self._scheduler.add_request(
+            SimRequest(
+                request=request,
+                arrival_seq=next(self._arrivals),
+                arrival_s=self._now_s,
+                completion=completion,
+                block_size_tokens=self._capacity.block_size_tokens,
+            )
+        )
+        self._wake_loop()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._futures.get(request.request_id) is future:
+                del self._futures[request.request_id]
+                self._scheduler.abort(request.request_id)
+            raise
+
+    async def stats(self) -> EngineStats:
+        return EngineStats(
+            running_requests=len(self._scheduler.running),
+            waiting_requests=self._scheduler.num_waiting,
+            prefix_cache_queries_tokens=self._scheduler.prefix_cache_queries_tokens,
+            prefix_cache_hits_tokens=self._scheduler.prefix_cache_hits_tokens,
+            kv_usage_fraction=self.block_pool.num_used_blocks / self.block_pool.num_blocks,
+        )
+
+    async def reset_prefix_cache(self) -> None:
+        """Drop the cached hashes of every block no request or pin holds."""
+        self.block_pool.reset_prefix_cache()
+
+    async def unpin(self, pin_key: str) -> None:
+        """Release the blocks pinned under ``pin_key`` (no-op if none)."""
+        self.block_pool.unpin(pin_key)
+
+    async def close(self) -> None:
+        """Stop the step loop and fail every pending request with EngineError."""
+        if self._closed_reason is not None:
+            return
+        self._closed_reason = "the simulated engine is closed"
+        await self._stop_loop()
+        self._fail_pending(self._closed_reason)
+
+    def _wake_loop(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            # (a finished task: the event loop it ran on was closed, e.g. by asyncio.run)
+            self._wake = asyncio.Event()
+            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+        assert self._wake is not None
+        self._wake.set()
+
+    async def _stop_loop(self) -> None:
+        task, self._loop_task = self._loop_task, None
+        if task is None or task.done():
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        try:
+            while True:
+                if not self._scheduler.has_work:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                for _ in range(self._yields_per_step):
+                    await asyncio.sleep(0)
+                self._step()
+        except Exception as exc:  # a bug in the simulator: no caller may hang on it
+            self._closed_reason = f"the simulated engine failed: {exc!r}"
+            self._fail_pending(self._closed_reason)
+
+    def _step(self) -> None:
+        plan = self._scheduler.schedule(self._now_s)
+        for request, reason in plan.failed:
+            self._set_exception(request.request_id, EngineError(reason))
+        if not plan.num_scheduled_tokens:
+            return
+        self._now_s += self._profile.step_time_s(plan.prefill_tokens, plan.decode_seqs)
+        self.num_steps += 1
+        for request in self._scheduler.finish_step(plan, self._now_s):
+            future = self._futures.pop(request.request_id)
+            if not future.done():
+                future.set_result(self._result(request))
+
+    def _result(self, request: SimRequest) -> GenerateResult:
+        assert request.first_scheduled_s is not None and request.first_token_s is not None
+        assert request.finished_s is not None and request.num_cached_tokens is not None
+        completion = request.completion
+        return GenerateResult(
+            request_id=request.request_id,
+            output_token_ids=completion.token_ids,
+            text=completion.text,
+            finish_reason=completion.finish_reason,
+            prompt_tokens=request.num_prompt_tokens,
+            cached_tokens=request.num_cached_tokens,
+            timings=RequestTimings(
+                queued_s=request.first_scheduled_s - request.arrival_s,
+                first_token_s=request.first_token_s - request.arrival_s,
+                total_s=request.finished_s - request.arrival_s,
+                scheduled_at_s=request.first_scheduled_s,
+            ),
+        )
+
+    def _set_exception(self, request_id: str, error: EngineError) -> None:
+        future = self._futures.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    def _fail_pending(self, reason: str) -> None:
+        for request_id in list(self._futures):
+            self._set_exception(request_id, EngineError(f"request {request_id!r}: {reason}"))
