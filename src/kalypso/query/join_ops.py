@@ -1,0 +1,184 @@
+"""Joins: a Cartesian product (full, or indexed by a vector index) followed by a predicate.
+
+``sem_join(right, instruction)`` becomes two operators: :class:`CartesianProduct`, which
+starts a new stage and pairs each left tuple with every right tuple, and
+:class:`JoinPredicate`, a ``sem_filter`` on each pair. With ``index=``, the product is an
+*indexed* Cartesian product (ICP): a vector index over a right-table column picks each
+left tuple's candidates (top-k and/or a distance limit) and records their distance in the
+column ``join_distance``; the predicate can then cascade on that distance: accept below
+``accept_below`` without an LLM call, reject above ``reject_above``, ask the LLM between.
+
+Right-table columns whose names exist on the left are renamed ``<name>_right``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pandas as pd
+
+from kalypso.query.context import ExecContext
+from kalypso.query.index import CascadeThresholds, VectorIndex
+from kalypso.query.shared_index import index_for
+from kalypso.query.llm_ops import FILTER_MAX_TOKENS, SemFilter
+from kalypso.query.operators import CartesianOperator, OperatorContract, Schema
+from kalypso.query.rows import Row
+from kalypso.query.templates import Instruction, PlanError
+
+DISTANCE_COLUMN = "join_distance"
+
+
+def _right_records(right: Any, operator: str) -> tuple[str, pd.DataFrame]:
+    if right is None:
+        raise PlanError(f"{operator}: the right-side table is missing")
+    from kalypso.query.plan import Table
+
+    if isinstance(right, Table):
+        if right.operators:
+            raise PlanError(f"{operator}: the right side must be a static table, not a plan")
+        name, frame = right.name, right.source
+    elif isinstance(right, pd.DataFrame):
+        name, frame = "right", right
+    else:
+        raise PlanError(f"{operator}: the right side must be a DataFrame or kalypso.Table")
+    if len(frame) == 0:
+        raise PlanError(f"{operator}: the right-side table {name!r} is empty")
+    return name, frame.reset_index(drop=True)
+
+
+def _renamed_right_columns(left: Schema, right: pd.DataFrame) -> dict[str, str]:
+    return {c: (f"{c}_right" if c in left else c) for c in map(str, right.columns)}
+
+
+@dataclass(frozen=True)
+class IndexJoin:
+    """How an indexed Cartesian product picks candidates.
+
+    Attributes:
+        left: template rendered per left tuple as the search query (e.g. ``"{labels}"``).
+        right_column: the right-table column that is embedded and indexed.
+        k: candidates per left tuple (None: no top-k limit).
+        max_distance: drop candidates farther than this (None: no limit).
+        accept_below / reject_above: the cascade thresholds on the distance.
+    """
+
+    left: str
+    right_column: str
+    k: int | None = 5
+    max_distance: float | None = None
+    accept_below: float | None = None
+    reject_above: float | None = None
+
+    def thresholds(self) -> CascadeThresholds:
+        return CascadeThresholds(self.accept_below, self.reject_above)
+
+
+class CartesianProduct(CartesianOperator):
+    """Pairs each left tuple with every right tuple, or with its index candidates."""
+
+    kind = "cartesian_product"
+
+    def __init__(self, right: Any, index: IndexJoin | None = None) -> None:
+        self._right_name, self._right = _right_records(right, "sem_join")
+        self.index = index
+        self._renames: dict[str, str] = {}
+        self._query: Instruction | None = None
+        self._vector_index: VectorIndex | None = None
+        if index is not None:
+            if index.right_column not in self._right.columns:
+                raise PlanError(
+                    f"sem_join index: right column {index.right_column!r} not in"
+                    f" {list(self._right.columns)}"
+                )
+            if index.k is None and index.max_distance is None:
+                raise PlanError("sem_join index: give k, max_distance, or both")
+            if index.k is not None and index.k <= 0:
+                raise PlanError(f"sem_join index: k must be positive, got {index.k}")
+            index.thresholds()  # validates the order of the thresholds
+            self._query = Instruction.parse(index.left, operator="sem_join index")
+
+    @property
+    def right_name(self) -> str:
+        return self._right_name
+
+    @property
+    def right_rows(self) -> int:
+        return len(self._right)
+
+    def output_schema(self, schema: Schema) -> Schema:
+        self._renames = _renamed_right_columns(schema, self._right)
+        out = (*schema, *self._renames.values())
+        if self._query is not None:
+            self._query.check_columns(schema, operator="sem_join index")
+            out = (*out, DISTANCE_COLUMN)
+        return out
+
+    def describe(self) -> str:
+        if self.index is None:
+            return f"cartesian_product x {self._right_name} ({len(self._right)} rows)"
+        ix = self.index
+        return (
+            f"indexed_cartesian_product x {self._right_name} ({len(self._right)} rows)"
+            f" on {ix.right_column} k={ix.k} max_distance={ix.max_distance}"
+        )
+
+    def _right_values(self, j: int) -> dict[str, Any]:
+        record = self._right.iloc[j]
+        return {new: record[old] for old, new in self._renames.items()}
+
+    def vector_index(self) -> VectorIndex:
+        """The index over the right column, built once (and shared through the cache)."""
+        assert self.index is not None
+        if self._vector_index is None:
+            texts = [str(v) for v in self._right[self.index.right_column]]
+            self._vector_index = index_for(texts)
+        return self._vector_index
+
+    def partners(self, row: Row) -> list[Row]:
+        if self.index is None or self._query is None:
+            return [row.child(j, self._right_values(j)) for j in range(len(self._right))]
+        query = self._query.render(row.values)
+        hits = self.vector_index().select(query, k=self.index.k, max_distance=self.index.max_distance)
+        children = []
+        for hit in sorted(hits, key=lambda h: h.row):
+            values = {**self._right_values(hit.row), DISTANCE_COLUMN: float(hit.distance)}
+            children.append(row.child(hit.row, values))
+        return children
+
+
+class JoinPredicate(SemFilter):
+    """The predicate half of ``sem_join``; cascades on ``join_distance`` when configured."""
+
+    kind = "sem_join"
+    # sem_join as a whole is pipelining + predicate + Cartesian product (paper Table 1);
+    # the product half is CartesianProduct, this half is the predicate.
+    contract: ClassVar[OperatorContract] = OperatorContract(True, True, False)
+
+    def __init__(
+        self,
+        instruction: str,
+        *,
+        thresholds: CascadeThresholds | None = None,
+        max_tokens: int = FILTER_MAX_TOKENS,
+    ) -> None:
+        super().__init__(instruction, max_tokens=max_tokens)
+        self.thresholds = thresholds
+
+    def describe(self) -> str:
+        cascade = ""
+        if self.thresholds is not None and (
+            self.thresholds.accept_below is not None or self.thresholds.reject_above is not None
+        ):
+            t = self.thresholds
+            cascade = f" cascade(accept<{t.accept_below}, reject>{t.reject_above})"
+        return f"sem_join {self.instruction.text!r}{cascade}"
+
+    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+        if self.thresholds is not None and DISTANCE_COLUMN in row.values:
+            decision = self.thresholds.decide(float(row.values[DISTANCE_COLUMN]))
+            if decision == "accept":
+                return row
+            if decision == "reject":
+                return None
+        return await super().apply(row, ctx, op_id, priority)

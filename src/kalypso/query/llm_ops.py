@@ -1,0 +1,234 @@
+"""Pipelined semantic operators that make one LLM call per tuple.
+
+Answers are parsed by documented rules; an answer that cannot be parsed gets the
+operator's documented default and is counted in ``unparsed`` in the statistics:
+
+* ``sem_filter``: the first word (lower-cased, stripped of punctuation) is ``yes``/``true``
+  -> keep, ``no``/``false`` -> drop; anything else -> drop (default ``False``).
+* ``sem_classify``: the first label that the answer starts with, else the first label
+  that appears in it (case-insensitive); none -> ``None``.
+* ``sem_extract``: lines ``field: value``; a field without a line -> ``None``.
+* ``sem_map``: the answer text, stripped; never unparsed. Answers that hit the token bound
+  are retried with a doubled bound (counted in ``retries``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from kalypso.query.context import ExecContext
+from kalypso.query.operators import OperatorContract, PipelinedOperator, Schema
+from kalypso.query.rows import Row
+from kalypso.query.templates import Instruction, PlanError
+
+FILTER_MAX_TOKENS = 8
+"""Static token bound for predicates (paper section 6)."""
+DEFAULT_MAP_MAX_TOKENS = 64
+
+
+def _check_new_column(column: str, schema: Schema, operator: str) -> None:
+    if not isinstance(column, str) or not column.isidentifier():
+        raise PlanError(f"{operator}: output column {column!r} must be an identifier")
+    if column in schema:
+        raise PlanError(f"{operator}: output column {column!r} already exists")
+
+
+def parse_yes_no(text: str) -> bool | None:
+    words = re.findall(r"[a-z]+", text.lower())
+    if not words:
+        return None
+    if words[0] in ("yes", "true"):
+        return True
+    if words[0] in ("no", "false"):
+        return False
+    return None
+
+
+class SemFilter(PipelinedOperator):
+    """Keep the tuples for which the LLM answers yes."""
+
+    kind = "sem_filter"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, True, False)
+
+    def __init__(self, instruction: str, *, max_tokens: int = FILTER_MAX_TOKENS) -> None:
+        self.instruction = Instruction.parse(instruction, operator=self.kind)
+        self.max_tokens = max_tokens
+        self.task = self.instruction.task_text() + " Answer yes or no."
+
+    def output_schema(self, schema: Schema) -> Schema:
+        self.instruction.check_columns(schema, operator=self.kind)
+        return schema
+
+    def describe(self) -> str:
+        return f"sem_filter {self.instruction.text!r}"
+
+    def max_output_tokens(self) -> int:
+        return self.max_tokens
+
+    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
+        return self.instruction.columns, self.task
+
+    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+        result = await ctx.complete(
+            op_id, row, self.instruction.columns, self.task,
+            max_tokens=self.max_tokens, retry_on_length=False, priority=priority,
+        )  # fmt: skip
+        verdict = parse_yes_no(result.text)
+        if verdict is None:
+            ctx.stats_for(op_id).unparsed += 1
+        return row if verdict else None
+
+
+class SemMap(PipelinedOperator):
+    """Add a column with the LLM's answer to the instruction."""
+
+    kind = "sem_map"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+
+    def __init__(
+        self, instruction: str, output_column: str, *, max_tokens: int = DEFAULT_MAP_MAX_TOKENS
+    ) -> None:
+        self.instruction = Instruction.parse(instruction, operator=self.kind)
+        self.output_column = output_column
+        self.max_tokens = max_tokens
+        self.task = self.instruction.task_text()
+
+    def output_schema(self, schema: Schema) -> Schema:
+        self.instruction.check_columns(schema, operator=self.kind)
+        _check_new_column(self.output_column, schema, self.kind)
+        return (*schema, self.output_column)
+
+    def describe(self) -> str:
+        return f"sem_map {self.instruction.text!r} -> {self.output_column}"
+
+    def max_output_tokens(self) -> int:
+        return self.max_tokens
+
+    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
+        return self.instruction.columns, self.task
+
+    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+        result = await ctx.complete(
+            op_id, row, self.instruction.columns, self.task,
+            max_tokens=self.max_tokens, retry_on_length=True, priority=priority,
+        )  # fmt: skip
+        return row.with_value(self.output_column, result.text.strip())
+
+
+class SemExtract(PipelinedOperator):
+    """Add several named fields, read from ``field: value`` lines of one answer."""
+
+    kind = "sem_extract"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+
+    def __init__(
+        self, instruction: str, fields: list[str], *, max_tokens: int = DEFAULT_MAP_MAX_TOKENS
+    ) -> None:
+        self.instruction = Instruction.parse(instruction, operator=self.kind)
+        if not fields:
+            raise PlanError("sem_extract: give at least one output field")
+        self.fields = tuple(fields)
+        self.max_tokens = max_tokens
+        listed = ", ".join(self.fields)
+        self.task = (
+            f"{self.instruction.task_text()} Answer with one line per field, written as"
+            f" 'field: value', for the fields: {listed}."
+        )
+
+    def output_schema(self, schema: Schema) -> Schema:
+        self.instruction.check_columns(schema, operator=self.kind)
+        for name in self.fields:
+            _check_new_column(name, schema, self.kind)
+        if len(set(self.fields)) != len(self.fields):
+            raise PlanError(f"sem_extract: duplicate field names in {list(self.fields)}")
+        return (*schema, *self.fields)
+
+    def describe(self) -> str:
+        return f"sem_extract {self.instruction.text!r} -> {', '.join(self.fields)}"
+
+    def max_output_tokens(self) -> int:
+        return self.max_tokens
+
+    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
+        return self.instruction.columns, self.task
+
+    def parse(self, text: str) -> dict[str, str | None]:
+        found: dict[str, str | None] = dict.fromkeys(self.fields)
+        lowered = {f.lower(): f for f in self.fields}
+        for line in text.splitlines():
+            name, sep, value = line.partition(":")
+            key = name.strip().strip("-* ").lower()
+            if sep and key in lowered and found[lowered[key]] is None:
+                found[lowered[key]] = value.strip()
+        return found
+
+    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+        result = await ctx.complete(
+            op_id, row, self.instruction.columns, self.task,
+            max_tokens=self.max_tokens, retry_on_length=True, priority=priority,
+        )  # fmt: skip
+        values = self.parse(result.text)
+        if any(v is None for v in values.values()):
+            ctx.stats_for(op_id).unparsed += 1
+        for name, value in values.items():
+            row = row.with_value(name, value)
+        return row
+
+
+class SemClassify(PipelinedOperator):
+    """Add a column holding one of ``labels``."""
+
+    kind = "sem_classify"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+
+    def __init__(
+        self, instruction: str, labels: list[str], output_column: str = "label",
+        *, max_tokens: int = FILTER_MAX_TOKENS,
+    ) -> None:  # fmt: skip
+        self.instruction = Instruction.parse(instruction, operator=self.kind)
+        cleaned = [str(label).strip() for label in labels or []]
+        if len(cleaned) < 2 or any(not label for label in cleaned):
+            raise PlanError(f"sem_classify: give at least two non-empty labels, got {labels!r}")
+        if len({label.lower() for label in cleaned}) != len(cleaned):
+            raise PlanError(f"sem_classify: labels must differ (case-insensitively): {labels!r}")
+        self.labels = tuple(cleaned)
+        self.output_column = output_column
+        self.max_tokens = max_tokens
+        self.task = (
+            f"{self.instruction.task_text()} Answer with exactly one of: {', '.join(self.labels)}."
+        )
+
+    def output_schema(self, schema: Schema) -> Schema:
+        self.instruction.check_columns(schema, operator=self.kind)
+        _check_new_column(self.output_column, schema, self.kind)
+        return (*schema, self.output_column)
+
+    def describe(self) -> str:
+        return f"sem_classify {self.instruction.text!r} {list(self.labels)} -> {self.output_column}"
+
+    def max_output_tokens(self) -> int:
+        return self.max_tokens
+
+    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
+        return self.instruction.columns, self.task
+
+    def parse(self, text: str) -> str | None:
+        answer = text.strip().lower()
+        by_length = sorted(self.labels, key=len, reverse=True)
+        for label in by_length:
+            if answer.startswith(label.lower()):
+                return label
+        positions = [(answer.find(label.lower()), label) for label in by_length]
+        present = [(pos, label) for pos, label in positions if pos >= 0]
+        return min(present)[1] if present else None
+
+    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+        result = await ctx.complete(
+            op_id, row, self.instruction.columns, self.task,
+            max_tokens=self.max_tokens, retry_on_length=False, priority=priority,
+        )  # fmt: skip
+        label = self.parse(result.text)
+        if label is None:
+            ctx.stats_for(op_id).unparsed += 1
+        return row.with_value(self.output_column, label)

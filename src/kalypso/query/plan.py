@@ -1,0 +1,227 @@
+"""The user-facing API: a lazy, immutable plan over a table.
+
+    import kalypso
+    reviews = kalypso.table(df, name="reviews")
+    plan = (reviews
+            .sem_filter("Does the {text} discuss battery life?")
+            .sem_map("What does the {text} say about the battery?", "battery_summary"))
+    print(plan.explain())
+    result = plan.run(engine, policy="pipelined")
+    result.frame        # the output table
+    result.stats        # per-operator calls, prompt/cached tokens, retries, time
+
+Every method returns a new :class:`Table`; nothing runs until :meth:`Table.run`. Plans are
+validated as they are built: a missing column, an empty instruction or an unknown
+operator raises :class:`~kalypso.query.templates.PlanError` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from kalypso.engine.protocol import Engine
+from kalypso.prompts import DEFAULT_SYSTEM_PROMPT, PromptLayout
+from kalypso.query.blocking_ops import SemAgg, SemTopK
+from kalypso.query.context import ExecContext
+from kalypso.query.executor import ExecutionOptions, execute
+from kalypso.query.join_ops import CartesianProduct, IndexJoin, JoinPredicate
+from kalypso.query.llm_ops import SemClassify, SemExtract, SemFilter, SemMap
+from kalypso.query.operators import Operator, build_operator
+from kalypso.query.planner import PhysicalPlan, explain, plan, validate
+from kalypso.query.python_ops import IndexSearch, PyFilter, PyMap
+from kalypso.query.rows import Row
+from kalypso.query.stats import OperatorStats, stats_frame
+from kalypso.query.templates import PlanError
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """The output table and what it cost."""
+
+    frame: pd.DataFrame
+    stats: pd.DataFrame
+    policy: str
+    engine: str
+    time_s: float
+    operator_stats: tuple[OperatorStats, ...]
+
+    @property
+    def llm_calls(self) -> int:
+        return sum(s.calls for s in self.operator_stats)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(s.prompt_tokens for s in self.operator_stats)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(s.cached_tokens for s in self.operator_stats)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def retries(self) -> int:
+        return sum(s.retries for s in self.operator_stats)
+
+
+def _as_frame(data: pd.DataFrame | Sequence[dict[str, Any]]) -> pd.DataFrame:
+    if isinstance(data, pd.DataFrame):
+        frame = data
+    elif isinstance(data, Sequence) and all(isinstance(r, dict) for r in data):
+        frame = pd.DataFrame(list(data))
+    else:
+        raise PlanError("a table is a pandas DataFrame or a list of dicts")
+    if any(not isinstance(c, str) for c in frame.columns):
+        raise PlanError(f"column names must be strings, got {list(frame.columns)}")
+    return frame.reset_index(drop=True)
+
+
+class Table:
+    """A lazy query plan: a source table and the operators applied to it, in order."""
+
+    def __init__(
+        self,
+        source: pd.DataFrame | Sequence[dict[str, Any]],
+        name: str = "table",
+        operators: tuple[Operator, ...] = (),
+    ) -> None:
+        self._source = _as_frame(source)
+        self._name = name
+        self._operators = operators
+        self._schema = validate(operators, tuple(self._source.columns))
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def source(self) -> pd.DataFrame:
+        return self._source
+
+    @property
+    def operators(self) -> tuple[Operator, ...]:
+        return self._operators
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns the plan will output."""
+        return self._schema
+
+    # ---- building -------------------------------------------------------------------
+    def apply(self, *operators: Operator) -> Table:
+        """A new plan with ``operators`` appended (any :class:`Operator`, including yours)."""
+        for operator in operators:
+            if not isinstance(operator, Operator):
+                raise PlanError(f"{operator!r} is not a kalypso Operator")
+        return Table(self._source, self._name, self._operators + tuple(operators))
+
+    def op(self, name: str, *args: Any, **kwargs: Any) -> Table:
+        """Append a registered operator by name (see ``register_operator``)."""
+        return self.apply(build_operator(name, *args, **kwargs))
+
+    def sem_filter(self, instruction: str, **kwargs: Any) -> Table:
+        return self.apply(SemFilter(instruction, **kwargs))
+
+    def sem_map(self, instruction: str, output_column: str, **kwargs: Any) -> Table:
+        return self.apply(SemMap(instruction, output_column, **kwargs))
+
+    def sem_extract(self, instruction: str, fields: list[str], **kwargs: Any) -> Table:
+        return self.apply(SemExtract(instruction, fields, **kwargs))
+
+    def sem_classify(
+        self, instruction: str, labels: list[str], output_column: str = "label", **kwargs: Any
+    ) -> Table:
+        return self.apply(SemClassify(instruction, labels, output_column, **kwargs))
+
+    def sem_join(
+        self, right: Table | pd.DataFrame, instruction: str, *, index: IndexJoin | None = None,
+        **kwargs: Any,
+    ) -> Table:  # fmt: skip
+        """Cartesian product with ``right`` (or its index candidates), then a predicate."""
+        thresholds = index.thresholds() if index is not None else None
+        return self.apply(
+            CartesianProduct(right, index), JoinPredicate(instruction, thresholds=thresholds, **kwargs)
+        )
+
+    def index_search(
+        self, corpus: Sequence[str] | pd.Series, query: str, k: int, output_column: str = "evidence"
+    ) -> Table:
+        return self.apply(IndexSearch(corpus, query, k, output_column))
+
+    def sem_topk(self, instruction: str, k: int) -> Table:
+        return self.apply(SemTopK(instruction, k))
+
+    def sem_agg(self, instruction: str, output_column: str = "aggregate", **kwargs: Any) -> Table:
+        return self.apply(SemAgg(instruction, output_column, **kwargs))
+
+    def map(self, fn: Callable[[dict[str, Any]], Any], output_column: str) -> Table:
+        return self.apply(PyMap(fn, output_column))
+
+    def filter(self, predicate: Callable[[dict[str, Any]], bool]) -> Table:
+        return self.apply(PyFilter(predicate))
+
+    # ---- inspecting and running -----------------------------------------------------
+    def physical_plan(self) -> PhysicalPlan:
+        return plan(self._operators, self._name, len(self._source), tuple(self._source.columns))
+
+    def explain(self) -> str:
+        """Pipelines, stages and operators with their contracts."""
+        return explain(self.physical_plan())
+
+    async def arun(
+        self,
+        engine: Engine,
+        *,
+        policy: str = "pipelined",
+        max_tasks_in_flight: int = 8,
+        max_retries: int = 2,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        query_id: str = "q",
+    ) -> QueryResult:
+        """Run the plan on ``engine`` (async). See :meth:`run`."""
+        options = ExecutionOptions(policy, max_tasks_in_flight, max_retries)
+        physical = self.physical_plan()
+        ctx = ExecContext(
+            engine, PromptLayout(engine.tokenizer, system_prompt), max_retries=max_retries,
+            query_id=query_id,
+        )  # fmt: skip
+        for planned in physical.operators():
+            ctx.stats_for(planned.op_id)
+        rows = [Row((i,), dict(record)) for i, record in enumerate(self._source.to_dict("records"))]
+        started = time.monotonic()
+        out_rows = await execute(physical, rows, ctx, options)
+        elapsed_s = time.monotonic() - started
+        frame = pd.DataFrame([r.values for r in out_rows], columns=list(physical.output_schema))
+        operator_stats = tuple(ctx.stats.values())
+        return QueryResult(
+            frame=frame, stats=stats_frame(list(operator_stats)), policy=policy,
+            engine=engine.name, time_s=elapsed_s, operator_stats=operator_stats,
+        )  # fmt: skip
+
+    def run(self, engine: Engine, **kwargs: Any) -> QueryResult:
+        """Run the plan on ``engine`` and return the output table with statistics.
+
+        Args:
+            policy: ``"pipelined"`` (default) or ``"operator-at-a-time"``.
+            max_tasks_in_flight: cap on concurrent tasks (pipelined).
+            max_retries: re-issues of a call that hit its token bound.
+
+        Raises:
+            PlanError: before any LLM call, for values that cannot enter a prompt or
+                first-stage prompts larger than the context.
+            kalypso.engine.protocol.EngineError: the engine failed.
+        """
+        return asyncio.run(self.arun(engine, **kwargs))
+
+
+def table(data: pd.DataFrame | Sequence[dict[str, Any]], name: str = "table") -> Table:
+    """Start a plan over ``data`` (a DataFrame or a list of dicts)."""
+    return Table(data, name)

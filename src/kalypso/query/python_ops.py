@@ -1,0 +1,105 @@
+"""Pipelined operators without LLM calls: plain Python over rows, and retrieval."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import pandas as pd
+
+from kalypso.query.context import ExecContext
+from kalypso.query.index import VectorIndex
+from kalypso.query.shared_index import index_for
+from kalypso.query.operators import OperatorContract, PipelinedOperator, Schema
+from kalypso.query.rows import Row
+from kalypso.query.templates import Instruction, PlanError
+
+
+class PyMap(PipelinedOperator):
+    """``fn(row_values) -> value`` stored in ``output_column``."""
+
+    kind = "map"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+
+    def __init__(self, fn: Callable[[dict[str, Any]], Any], output_column: str) -> None:
+        if not callable(fn):
+            raise PlanError("map: fn must be callable")
+        self.fn = fn
+        self.output_column = output_column
+
+    def output_schema(self, schema: Schema) -> Schema:
+        if self.output_column in schema:
+            raise PlanError(f"map: output column {self.output_column!r} already exists")
+        return (*schema, self.output_column)
+
+    def describe(self) -> str:
+        return f"map {getattr(self.fn, '__name__', 'fn')} -> {self.output_column}"
+
+    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+        return row.with_value(self.output_column, self.fn(dict(row.values)))
+
+
+class PyFilter(PipelinedOperator):
+    """Keep rows for which ``predicate(row_values)`` is true."""
+
+    kind = "filter"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, True, False)
+
+    def __init__(self, predicate: Callable[[dict[str, Any]], bool]) -> None:
+        if not callable(predicate):
+            raise PlanError("filter: predicate must be callable")
+        self.predicate = predicate
+
+    def output_schema(self, schema: Schema) -> Schema:
+        return schema
+
+    def describe(self) -> str:
+        return f"filter {getattr(self.predicate, '__name__', 'predicate')}"
+
+    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+        return row if self.predicate(dict(row.values)) else None
+
+
+class IndexSearch(PipelinedOperator):
+    """Retrieve the ``k`` passages of ``corpus`` nearest to the rendered query template and
+    append them, joined by blank lines, as ``output_column`` (evidence for later prompts)."""
+
+    kind = "index_search"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+
+    def __init__(
+        self,
+        corpus: Sequence[str] | pd.Series,
+        query: str,
+        k: int,
+        output_column: str = "evidence",
+    ) -> None:
+        passages = [str(p) for p in corpus] if corpus is not None else []
+        if not passages:
+            raise PlanError("index_search: the corpus is empty")
+        if k <= 0:
+            raise PlanError(f"index_search: k must be positive, got {k}")
+        self.passages = passages
+        self.query = Instruction.parse(query, operator=self.kind)
+        self.k = k
+        self.output_column = output_column
+        self._index: VectorIndex | None = None
+
+    def output_schema(self, schema: Schema) -> Schema:
+        self.query.check_columns(schema, operator=self.kind)
+        if self.output_column in schema:
+            raise PlanError(f"index_search: output column {self.output_column!r} already exists")
+        return (*schema, self.output_column)
+
+    def describe(self) -> str:
+        return (
+            f"index_search {self.query.text!r} k={self.k} over {len(self.passages)} passages"
+            f" -> {self.output_column}"
+        )
+
+    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+        if self._index is None:
+            self._index = index_for(self.passages)
+        hits = self._index.select(self.query.render(row.values), k=self.k)
+        evidence = "\n\n".join(self.passages[h.row] for h in hits)
+        return row.with_value(self.output_column, evidence)
