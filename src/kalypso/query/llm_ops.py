@@ -4,7 +4,11 @@ Answers are parsed by documented rules; an answer that cannot be parsed gets the
 operator's documented default and is counted in ``unparsed`` in the statistics:
 
 * ``sem_filter``: the first word (lower-cased, stripped of punctuation) is ``yes``/``true``
-  -> keep, ``no``/``false`` -> drop; anything else -> drop (default ``False``).
+  -> keep, ``no``/``false`` -> drop. Anything else is unparsed and gets the default: drop
+  if the answer contains a negation (``no``, ``not``, ``never``, ``none``, or a word
+  ending in ``n't``), else keep. Small models often answer "The text does not ..."
+  instead of "No"; the default reads that as intended, and the count shows how often
+  it was needed.
 * ``sem_classify``: the first label that the answer starts with, else the first label
   that appears in it (case-insensitive); none -> ``None``.
 * ``sem_extract``: lines ``field: value``; a field without a line -> ``None``.
@@ -34,7 +38,11 @@ def _check_new_column(column: str, schema: Schema, operator: str) -> None:
         raise PlanError(f"{operator}: output column {column!r} already exists")
 
 
+_NEGATIONS = frozenset({"no", "not", "never", "none", "neither", "nor", "cannot"})
+
+
 def parse_yes_no(text: str) -> bool | None:
+    """True/False from a leading yes/no (or true/false); None when there is none."""
     words = re.findall(r"[a-z]+", text.lower())
     if not words:
         return None
@@ -43,6 +51,12 @@ def parse_yes_no(text: str) -> bool | None:
     if words[0] in ("no", "false"):
         return False
     return None
+
+
+def default_verdict(text: str) -> bool:
+    """The documented default for an unparsed predicate answer: negated -> False."""
+    words = re.findall(r"[a-z']+", text.lower())
+    return not any(w in _NEGATIONS or w.endswith("n't") for w in words)
 
 
 class SemFilter(PipelinedOperator):
@@ -77,6 +91,7 @@ class SemFilter(PipelinedOperator):
         verdict = parse_yes_no(result.text)
         if verdict is None:
             ctx.stats_for(op_id).unparsed += 1
+            verdict = default_verdict(result.text)
         return row if verdict else None
 
 
