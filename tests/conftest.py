@@ -37,9 +37,12 @@ def conformance_vllm_settings() -> VLLMSettings:
 
 @pytest.fixture(
     scope="session",
-    params=["sim", pytest.param("vllm-local", marks=pytest.mark.vllm),
-            pytest.param("vllm-http", marks=pytest.mark.vllm)],
-)  # fmt: skip
+    params=[
+        "sim",
+        pytest.param("vllm-local", marks=pytest.mark.vllm),
+        pytest.param("vllm-http", marks=pytest.mark.vllm),
+    ],
+)
 async def any_engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineUnderTest]:
     """Every backend behind the engine protocol, one at a time."""
     kind = request.param

@@ -29,7 +29,21 @@ from kalypso.query import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "POLICIES", "Engine", "EngineCapacity", "EngineError", "EngineStats", "GenerateRequest",
-    "GenerateResult", "IndexJoin", "Operator", "OperatorContract", "PlanError",
-    "PromptTooLongError", "QueryResult", "Table", "__version__", "register_operator", "table",
-]  # fmt: skip
+    "POLICIES",
+    "Engine",
+    "EngineCapacity",
+    "EngineError",
+    "EngineStats",
+    "GenerateRequest",
+    "GenerateResult",
+    "IndexJoin",
+    "Operator",
+    "OperatorContract",
+    "PlanError",
+    "PromptTooLongError",
+    "QueryResult",
+    "Table",
+    "__version__",
+    "register_operator",
+    "table",
+]

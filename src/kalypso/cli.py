@@ -1,9 +1,9 @@
 """The ``kalypso`` command line.
 
-    kalypso models prepare [--force]      install and convert the bundled model (idempotent)
-    kalypso models path                   print the bundled model's folder
-    kalypso engine serve [options]        run a vLLM server on loopback until Ctrl-C
-    kalypso demo [options]                the main job (see README)
+kalypso models prepare [--force]      install and convert the bundled model (idempotent)
+kalypso models path                   print the bundled model's folder
+kalypso engine serve [options]        run a vLLM server on loopback until Ctrl-C
+kalypso demo [options]                the main job (see README)
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="the main job: one plan, two execution policies")
     _add_engine_options(demo, 100 * 2**20)
-    demo.add_argument("--docs", type=int, default=40, help="documents to process")
+    demo.add_argument("--docs", type=int, default=60, help="reviews to process (at most 60)")
     demo.add_argument(
         "--url", default=None, help="use a running vLLM server instead of in-process vLLM"
     )

@@ -19,9 +19,32 @@ pytestmark = pytest.mark.timeout(600)
 
 def _words(seed: int, n_words: int) -> str:
     rng = random.Random(seed)
-    vocab = ["alpha", "battery", "clause", "delta", "engine", "forest", "garden", "harbor",
-             "island", "jungle", "kernel", "lemon", "mountain", "network", "ocean", "planet",
-             "quartz", "river", "signal", "tunnel", "umbrella", "valley", "window", "yellow"]  # fmt: skip
+    vocab = [
+        "alpha",
+        "battery",
+        "clause",
+        "delta",
+        "engine",
+        "forest",
+        "garden",
+        "harbor",
+        "island",
+        "jungle",
+        "kernel",
+        "lemon",
+        "mountain",
+        "network",
+        "ocean",
+        "planet",
+        "quartz",
+        "river",
+        "signal",
+        "tunnel",
+        "umbrella",
+        "valley",
+        "window",
+        "yellow",
+    ]
     return " ".join(rng.choice(vocab) for _ in range(n_words))
 
 
@@ -96,13 +119,17 @@ async def test_lru_evicts_first_prefix_after_overflow(any_engine: EngineUnderTes
     block = capacity.block_size_tokens
     await engine.reset_prefix_cache()
     prefix = _tokens(any_engine, 10, 4 * block)
-    await engine.generate(GenerateRequest("victim", tuple([*prefix, *_tokens(any_engine, 11, 8)]), 2))
+    await engine.generate(
+        GenerateRequest("victim", tuple([*prefix, *_tokens(any_engine, 11, 8)]), 2)
+    )
     # Distinct prompts that together need more blocks than the cache has.
     filler_tokens = (capacity.max_model_len_tokens // 2 // block) * block
     needed = capacity.total_tokens + 2 * block
     seed = 100
     while needed > 0:
-        await engine.generate(GenerateRequest(f"filler{seed}", tuple(_tokens(any_engine, seed, filler_tokens)), 2))
+        await engine.generate(
+            GenerateRequest(f"filler{seed}", tuple(_tokens(any_engine, seed, filler_tokens)), 2)
+        )
         needed -= filler_tokens
         seed += 1
     probe = await engine.generate(
@@ -131,9 +158,12 @@ async def test_priorities_order_admission_when_saturated(any_engine: EngineUnder
 
     async def run(i: int, priority: int) -> None:
         request = GenerateRequest(
-            f"p{priority}-{i}", tuple(_tokens(any_engine, 30 + i, 24)), max_tokens=2,
-            ignore_eos=True, priority=priority,
-        )  # fmt: skip
+            f"p{priority}-{i}",
+            tuple(_tokens(any_engine, 30 + i, 24)),
+            max_tokens=2,
+            ignore_eos=True,
+            priority=priority,
+        )
         await engine.generate(request)
         finished.append(request.request_id)
 

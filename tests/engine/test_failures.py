@@ -33,7 +33,7 @@ def test_half_converted_model_names_the_fixing_command(
     folder = tmp_path / "models" / "smollm2-135m-instruct"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
-    with pytest.raises(ModelNotReadyError, match=f"{MARKER_FILENAME}.*kalypso models prepare"):
+    with pytest.raises(ModelNotReadyError, match=rf"{MARKER_FILENAME}.*kalypso models prepare"):
         resolve_model()
 
 
@@ -113,9 +113,10 @@ async def test_local_engine_core_death_reaches_the_caller() -> None:
         await engine.close()
     await asyncio.sleep(1.0)
     leftover = [
-        p for p in psutil.Process().children(recursive=True)
+        p
+        for p in psutil.Process().children(recursive=True)
         if p.pid not in children_before and p.status() != psutil.STATUS_ZOMBIE
-    ]  # fmt: skip
+    ]
     assert leftover == []
     # the next engine starts and serves
     engine = await LocalVLLMEngine.start(conformance_vllm_settings())

@@ -85,27 +85,47 @@ async def test_every_operator_runs_on_vllm(engine: LocalVLLMEngine, reviews: pd.
         kalypso.table(small, name="reviews")
         .map(lambda r: len(r["text"].split()), "words")
         .filter(lambda r: r["words"] > 0)
-        .sem_classify("What is the sentiment of the {text}?", ["positive", "negative", "mixed"], "sentiment")
-        .sem_extract("From the {text}, give the product type and the price if any.", ["product_type", "price"], max_tokens=32)
+        .sem_classify(
+            "What is the sentiment of the {text}?", ["positive", "negative", "mixed"], "sentiment"
+        )
+        .sem_extract(
+            "From the {text}, give the product type and the price if any.",
+            ["product_type", "price"],
+            max_tokens=32,
+        )
         .sem_map("Name the main topic of the {text} in three words.", "topic", max_tokens=12)
         .index_search(corpus, "{topic}", k=2, output_column="evidence")
         .sem_join(
             kalypso.table(ASPECTS, name="aspects"),
             "Is this true of the {text}: {aspect}",
-            index=kalypso.IndexJoin(left="{text}", right_column="aspect", k=2, accept_below=0.05, reject_above=0.95),
+            index=kalypso.IndexJoin(
+                left="{text}", right_column="aspect", k=2, accept_below=0.05, reject_above=0.95
+            ),
         )
         .sem_filter("Is the {text} written in English?")
         .sem_topk("Which {text} is the most enthusiastic?", k=2)
-        .sem_agg("Summarize what these {text} have in common in one sentence.", "summary", max_tokens=32)
-    )  # fmt: skip
+        .sem_agg(
+            "Summarize what these {text} have in common in one sentence.", "summary", max_tokens=32
+        )
+    )
     await engine.reset_prefix_cache()
     result = await plan.arun(engine, policy="pipelined")
     assert list(result.frame.columns) == ["summary"]
     assert len(result.frame) == 1 and result.frame["summary"][0].strip() != ""
     stats = result.stats.set_index("operator")
-    llm_ops = ["3:sem_classify", "4:sem_extract", "5:sem_map", "8:sem_join", "9:sem_filter",
-               "10:sem_topk", "11:sem_agg"]  # fmt: skip
+    llm_ops = [
+        "3:sem_classify",
+        "4:sem_extract",
+        "5:sem_map",
+        "8:sem_join",
+        "9:sem_filter",
+        "10:sem_topk",
+        "11:sem_agg",
+    ]
     for op in llm_ops:
         assert stats.loc[op, "calls"] >= 1, op
-    assert stats.loc["7:cartesian_product", "rows_out"] <= 2 * stats.loc["7:cartesian_product", "rows_in"]
+    assert (
+        stats.loc["7:cartesian_product", "rows_out"]
+        <= 2 * stats.loc["7:cartesian_product", "rows_in"]
+    )
     assert stats.loc["10:sem_topk", "rows_out"] == min(2, stats.loc["10:sem_topk", "rows_in"])

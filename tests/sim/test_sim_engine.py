@@ -311,10 +311,15 @@ def test_same_program_gives_the_same_results() -> None:
     async def scenario() -> tuple[float, list[GenerateResult]]:
         engine = make_engine(num_blocks=12, max_num_seqs=3, max_num_batched_tokens=8)
         requests = [
-            make_request(f"r{i}", [*range(8), *range(20 * i, 20 * i + 3 + i)], 1 + i % 4,
-                         priority=i % 3, ignore_eos=False)
+            make_request(
+                f"r{i}",
+                [*range(8), *range(20 * i, 20 * i + 3 + i)],
+                1 + i % 4,
+                priority=i % 3,
+                ignore_eos=False,
+            )
             for i in range(10)
-        ]  # fmt: skip
+        ]
         results = await asyncio.gather(*(engine.generate(r) for r in requests))
         return engine.now_s, list(results)
 

@@ -48,13 +48,17 @@ def workloads(draw: st.DrawFn) -> Workload:
     requests = [
         (
             GenerateRequest(
-                f"r{i}", tuple(prefixes[p] + suffix), max_tokens, priority=priority,
-                pin_key=pin_key, ignore_eos=ignore_eos,
+                f"r{i}",
+                tuple(prefixes[p] + suffix),
+                max_tokens,
+                priority=priority,
+                pin_key=pin_key,
+                ignore_eos=ignore_eos,
             ),
             delay,
         )
         for i, (p, suffix, max_tokens, priority, pin_key, ignore_eos, delay) in enumerate(specs)
-    ]  # fmt: skip
+    ]
     return Workload(
         block_size_tokens=draw(st.sampled_from([1, 2, 4])),
         num_blocks=draw(st.integers(2, 24)),

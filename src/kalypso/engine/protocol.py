@@ -165,12 +165,10 @@ class Tokenizer(Protocol):
         """Token ids of ``text`` without special tokens added."""
         ...
 
-    def decode(self, token_ids: Sequence[int]) -> str:
-        ...
+    def decode(self, token_ids: Sequence[int]) -> str: ...
 
     @property
-    def eos_token_id(self) -> int | None:
-        ...
+    def eos_token_id(self) -> int | None: ...
 
 
 @runtime_checkable
@@ -193,12 +191,10 @@ class Engine(Protocol):
         ...
 
     @property
-    def capacity(self) -> EngineCapacity:
-        ...
+    def capacity(self) -> EngineCapacity: ...
 
     @property
-    def tokenizer(self) -> Tokenizer:
-        ...
+    def tokenizer(self) -> Tokenizer: ...
 
     @property
     def supports_pinning(self) -> bool:
@@ -209,8 +205,7 @@ class Engine(Protocol):
         """Run one request to completion."""
         ...
 
-    async def stats(self) -> EngineStats:
-        ...
+    async def stats(self) -> EngineStats: ...
 
     async def reset_prefix_cache(self) -> None:
         """Forget every cached prefix not held by a running request."""
@@ -220,8 +215,7 @@ class Engine(Protocol):
         """Release the blocks kept under ``pin_key`` (no-op if nothing is pinned)."""
         ...
 
-    async def close(self) -> None:
-        ...
+    async def close(self) -> None: ...
 
 
 @dataclass
@@ -257,6 +251,15 @@ async def generate_batch(engine: Engine, requests: Sequence[GenerateRequest]) ->
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
     return BatchOutcome(results=list(results))
+
+
+def as_finish_reason(value: object) -> FinishReason:
+    """An engine's finish reason as ours: "stop", "length", anything else "abort"."""
+    if value == "stop":
+        return "stop"
+    if value == "length":
+        return "length"
+    return "abort"
 
 
 def check_fits_context(request: GenerateRequest, capacity: EngineCapacity) -> None:

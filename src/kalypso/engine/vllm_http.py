@@ -30,6 +30,7 @@ from kalypso.engine.protocol import (
     RequestTimings,
     Tokenizer,
     UnsupportedFeatureError,
+    as_finish_reason,
     check_fits_context,
 )
 
@@ -113,11 +114,11 @@ class HTTPVLLMEngine:
                     raise EngineError(f"{base_url} serves {served}; name one with model=")
                 model = served[0]
             if model not in served:
-                raise EngineError(
-                    f"{base_url} does not serve model {model!r}; it serves {served}"
-                )
+                raise EngineError(f"{base_url} does not serve model {model!r}; it serves {served}")
             card = next(m for m in models if m["id"] == model)
-            capacity = await cls._capacity(client, base_url, int(card.get("max_model_len") or 0))
+            capacity = await cls._read_capacity(
+                client, base_url, int(card.get("max_model_len") or 0)
+            )
             tokenizer = cls._tokenizer_for(base_url, model, str(card.get("root") or ""))
         except BaseException:
             await client.aclose()
@@ -135,7 +136,7 @@ class HTTPVLLMEngine:
         return list(response.json().get("data", []))
 
     @staticmethod
-    async def _capacity(
+    async def _read_capacity(
         client: httpx.AsyncClient, base_url: str, max_model_len: int
     ) -> EngineCapacity:
         response = await client.get("/metrics", timeout=10.0)
@@ -223,7 +224,7 @@ class HTTPVLLMEngine:
             request_id=request.request_id,
             output_token_ids=tuple(choice.get("token_ids") or ()),
             text=choice.get("text", ""),
-            finish_reason=finish if finish in ("stop", "length") else "abort",
+            finish_reason=as_finish_reason(finish),
             prompt_tokens=int(usage.get("prompt_tokens", len(request.prompt_token_ids))),
             cached_tokens=int(details.get("cached_tokens") or 0),
             timings=RequestTimings(queued_s=0.0, first_token_s=0.0, total_s=total_s),

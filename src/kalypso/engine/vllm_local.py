@@ -26,6 +26,7 @@ from kalypso.engine.protocol import (
     RequestTimings,
     Tokenizer,
     UnsupportedFeatureError,
+    as_finish_reason,
     check_fits_context,
 )
 from kalypso.engine.vllm_settings import VLLMSettings, default_max_model_len_tokens
@@ -33,6 +34,7 @@ from kalypso.models import resolve_model
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
+
 
 class _StatsCollector:
     """Keeps the latest scheduler snapshot and cumulative prefix-cache counters.
@@ -125,12 +127,13 @@ class LocalVLLMEngine:
         max_model_len = settings.max_model_len_tokens or default_max_model_len_tokens(
             model_path, settings.kv_cache_bytes
         )
+        optional: dict[str, Any] = {"dtype": settings.dtype}
+        if max_model_len is not None:
+            optional["max_model_len"] = max_model_len
         args = AsyncEngineArgs(
             model=model_path,
             tokenizer=model_path,
-            dtype=settings.dtype,
             kv_cache_memory_bytes=settings.kv_cache_bytes,
-            max_model_len=max_model_len,
             max_num_seqs=settings.max_num_seqs,
             max_num_batched_tokens=settings.max_num_batched_tokens,
             enable_prefix_caching=True,
@@ -138,13 +141,12 @@ class LocalVLLMEngine:
             enforce_eager=settings.enforce_eager,
             seed=settings.seed,
             scheduler_cls=settings.scheduler_cls,
+            **optional,
             **settings.extra_engine_args,
         )
         collector = _StatsCollector()
         try:
-            llm = AsyncLLM.from_engine_args(
-                args, stat_loggers=[_stat_logger_factory(collector)]
-            )
+            llm = AsyncLLM.from_engine_args(args, stat_loggers=[_stat_logger_factory(collector)])
         except Exception as exc:
             raise EngineError(f"vLLM failed to start for model {model_path!r}: {exc}") from exc
         config = llm.vllm_config
@@ -227,12 +229,14 @@ class LocalVLLMEngine:
             scheduled_at_s = metrics.scheduled_ts
             queued_s = max(0.0, metrics.scheduled_ts - metrics.queued_ts)
             first_token_s = max(0.0, metrics.first_token_ts - metrics.queued_ts)
-        finish = completion.finish_reason if completion.finish_reason in ("stop", "length") else "abort"
+        finish = (
+            completion.finish_reason if completion.finish_reason in ("stop", "length") else "abort"
+        )
         return GenerateResult(
             request_id=request.request_id,
             output_token_ids=tuple(completion.token_ids),
             text=completion.text,
-            finish_reason=finish,
+            finish_reason=as_finish_reason(completion.finish_reason),
             prompt_tokens=len(request.prompt_token_ids),
             cached_tokens=int(final.num_cached_tokens or 0),
             timings=RequestTimings(

@@ -41,20 +41,32 @@ def server_command(settings: VLLMSettings, port: int, served_model_name: str) ->
         model_path, settings.kv_cache_bytes
     )
     cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", model_path,
-        "--served-model-name", served_model_name,
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--dtype", settings.dtype,
-        "--kv-cache-memory-bytes", str(settings.kv_cache_bytes),
-        "--max-num-seqs", str(settings.max_num_seqs),
-        "--max-num-batched-tokens", str(settings.max_num_batched_tokens),
-        "--seed", str(settings.seed),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_path,
+        "--served-model-name",
+        served_model_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        settings.dtype,
+        "--kv-cache-memory-bytes",
+        str(settings.kv_cache_bytes),
+        "--max-num-seqs",
+        str(settings.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(settings.max_num_batched_tokens),
+        "--seed",
+        str(settings.seed),
         "--enable-prefix-caching",
-        "--scheduling-policy", "priority",
+        "--scheduling-policy",
+        "priority",
         "--enable-prompt-tokens-details",
-    ]  # fmt: skip
+    ]
     if max_len:
         cmd += ["--max-model-len", str(max_len)]
     if settings.enforce_eager:

@@ -79,5 +79,3 @@ def default_max_model_len_tokens(model_path: str, kv_cache_bytes: int) -> int | 
             f" ({per_token} bytes per token); give it more memory"
         )
     return min(model_len, fits_tokens)
-
-

@@ -18,16 +18,42 @@ from kalypso.query.python_ops import IndexSearch, PyFilter, PyMap
 from kalypso.query.templates import PlanError
 
 for _name, _factory in (
-    ("sem_filter", SemFilter), ("sem_map", SemMap), ("sem_extract", SemExtract),
-    ("sem_classify", SemClassify), ("sem_topk", SemTopK), ("sem_agg", SemAgg),
-    ("index_search", IndexSearch), ("map", PyMap), ("filter", PyFilter),
-):  # fmt: skip
+    ("sem_filter", SemFilter),
+    ("sem_map", SemMap),
+    ("sem_extract", SemExtract),
+    ("sem_classify", SemClassify),
+    ("sem_topk", SemTopK),
+    ("sem_agg", SemAgg),
+    ("index_search", IndexSearch),
+    ("map", PyMap),
+    ("filter", PyFilter),
+):
     register_operator(_name, _factory, replace=True)
 
 __all__ = [
-    "POLICIES", "BlockingOperator", "CartesianOperator", "CartesianProduct", "ExecutionOptions",
-    "IndexJoin", "IndexSearch", "JoinPredicate", "Operator", "OperatorContract",
-    "PipelinedOperator", "PlanError", "PyFilter", "PyMap", "QueryResult", "SemAgg",
-    "SemClassify", "SemExtract", "SemFilter", "SemMap", "SemTopK", "Table",
-    "register_operator", "registered_operators", "table",
-]  # fmt: skip
+    "POLICIES",
+    "BlockingOperator",
+    "CartesianOperator",
+    "CartesianProduct",
+    "ExecutionOptions",
+    "IndexJoin",
+    "IndexSearch",
+    "JoinPredicate",
+    "Operator",
+    "OperatorContract",
+    "PipelinedOperator",
+    "PlanError",
+    "PyFilter",
+    "PyMap",
+    "QueryResult",
+    "SemAgg",
+    "SemClassify",
+    "SemExtract",
+    "SemFilter",
+    "SemMap",
+    "SemTopK",
+    "Table",
+    "register_operator",
+    "registered_operators",
+    "table",
+]

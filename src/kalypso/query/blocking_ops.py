@@ -16,7 +16,7 @@ import re
 from typing import ClassVar
 
 from kalypso.query.context import ExecContext
-from kalypso.query.llm_ops import DEFAULT_MAP_MAX_TOKENS
+from kalypso.query.llm_ops import DEFAULT_FIRST_BOUND_TOKENS
 from kalypso.query.operators import BlockingOperator, OperatorContract, Schema
 from kalypso.query.rows import Row
 from kalypso.query.templates import Instruction, PlanError
@@ -55,9 +55,12 @@ class SemTopK(BlockingOperator):
 
         async def score(row: Row) -> Row:
             result = await ctx.complete(
-                op_id, row, self.instruction.columns, self.task,
-                max_tokens=4, retry_on_length=False,
-            )  # fmt: skip
+                op_id,
+                row,
+                self.instruction.columns,
+                self.task,
+                max_tokens=4,
+            )
             match = re.search(r"\d", result.text)
             if match is None:
                 ctx.stats_for(op_id).unparsed += 1
@@ -73,9 +76,12 @@ class SemAgg(BlockingOperator):
     contract: ClassVar[OperatorContract] = OperatorContract(False, False, False)
 
     def __init__(
-        self, instruction: str, output_column: str = "aggregate",
-        *, max_tokens: int = DEFAULT_MAP_MAX_TOKENS * 2,
-    ) -> None:  # fmt: skip
+        self,
+        instruction: str,
+        output_column: str = "aggregate",
+        *,
+        max_tokens: int = DEFAULT_FIRST_BOUND_TOKENS * 2,
+    ) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
         self.output_column = output_column
         self.max_tokens = max_tokens
@@ -108,9 +114,12 @@ class SemAgg(BlockingOperator):
                 joined = "\n\n".join(f"({i + 1}) {t}" for i, t in enumerate(group))
                 holder = Row((number,), {"items": joined})
                 result = await ctx.complete(
-                    op_id, holder, ("items",), task,
-                    max_tokens=self.max_tokens, retry_on_length=False,
-                )  # fmt: skip
+                    op_id,
+                    holder,
+                    ("items",),
+                    task,
+                    max_tokens=self.max_tokens,
+                )
                 partials.append(result.text.strip())
             if len(partials) == 1:
                 return [Row((0,), {self.output_column: partials[0]})]

@@ -2,8 +2,8 @@
 
 Operators never call the engine directly: :meth:`ExecContext.complete` builds the
 token-exact prompt ``[system | row context | task]``, checks it fits the context window,
-re-issues a call whose answer hit its token bound (doubling the bound, at most
-``max_retries`` times), and records every call in the operator's statistics.
+re-issues a call whose answer hit a token bound below the operator's cap (doubling the
+bound, at most ``max_retries`` times), and records every call in the operator's statistics.
 """
 
 from __future__ import annotations
@@ -43,30 +43,33 @@ class ExecContext:
         task: str,
         *,
         max_tokens: int,
-        retry_on_length: bool,
+        first_bound_tokens: int | None = None,
         priority: int = 0,
     ) -> GenerateResult:
         """One LLM call for operator ``op_id`` on ``row``.
 
-        When ``retry_on_length`` and the answer stops at ``max_tokens``, the call is
-        re-issued with twice the bound, at most ``max_retries`` times; the last answer
-        is returned either way.
+        The call is first issued with ``first_bound_tokens`` (default: ``max_tokens``).
+        When the answer stops at that bound and the bound is below the operator's hard
+        cap ``max_tokens``, the call is re-issued with twice the bound (capped), at most
+        ``max_retries`` times; each re-issue counts in ``retries``. The last answer is
+        returned either way: an answer cut at ``max_tokens`` is what the user asked for.
         """
         stats = self.stats_for(op_id)
         prompt = self.prompt_for(row, columns, task)
-        bound = max_tokens
+        bound = min(first_bound_tokens or max_tokens, max_tokens)
         for attempt in range(self.max_retries + 1):
+            row_key = ".".join(map(str, row.key))
             request = GenerateRequest(
-                request_id=f"{self.query_id}:{op_id}:{'.'.join(map(str, row.key))}:{next(self._ids)}",
+                request_id=f"{self.query_id}:{op_id}:{row_key}:{next(self._ids)}",
                 prompt_token_ids=prompt,
                 max_tokens=bound,
                 priority=priority,
             )
             result = await self.engine.generate(request)
             stats.record(result)
-            if not (retry_on_length and result.finish_reason == "length"):
+            if result.finish_reason != "length" or bound >= max_tokens:
                 return result
             if attempt < self.max_retries:
                 stats.retries += 1
-                bound *= 2
+                bound = min(2 * bound, max_tokens)
         return result

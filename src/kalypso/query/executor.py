@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kalypso.query.context import ExecContext
@@ -104,7 +105,7 @@ def _expand(product: PlannedOperator, rows: list[Row], ctx: ExecContext) -> list
     return out
 
 
-async def _gather_all(coroutines: list[asyncio.Future[Row | None]]) -> list[Row | None]:
+async def _gather_all(coroutines: Sequence[asyncio.Future[Row | None]]) -> list[Row | None]:
     try:
         return list(await asyncio.gather(*coroutines))
     except BaseException:
@@ -114,7 +115,9 @@ async def _gather_all(coroutines: list[asyncio.Future[Row | None]]) -> list[Row 
         raise
 
 
-async def _operator_at_a_time(stages: tuple[Stage, ...], rows: list[Row], ctx: ExecContext) -> list[Row]:
+async def _operator_at_a_time(
+    stages: tuple[Stage, ...], rows: list[Row], ctx: ExecContext
+) -> list[Row]:
     for stage in stages:
         if stage.product is not None:
             rows = _expand(stage.product, rows, ctx)

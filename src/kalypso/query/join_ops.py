@@ -20,10 +20,10 @@ import pandas as pd
 
 from kalypso.query.context import ExecContext
 from kalypso.query.index import CascadeThresholds, VectorIndex
-from kalypso.query.shared_index import index_for
 from kalypso.query.llm_ops import FILTER_MAX_TOKENS, SemFilter
 from kalypso.query.operators import CartesianOperator, OperatorContract, Schema
 from kalypso.query.rows import Row
+from kalypso.query.shared_index import index_for
 from kalypso.query.templates import Instruction, PlanError
 
 DISTANCE_COLUMN = "join_distance"
@@ -139,7 +139,9 @@ class CartesianProduct(CartesianOperator):
         if self.index is None or self._query is None:
             return [row.child(j, self._right_values(j)) for j in range(len(self._right))]
         query = self._query.render(row.values)
-        hits = self.vector_index().select(query, k=self.index.k, max_distance=self.index.max_distance)
+        hits = self.vector_index().select(
+            query, k=self.index.k, max_distance=self.index.max_distance
+        )
         children = []
         for hit in sorted(hits, key=lambda h: h.row):
             values = {**self._right_values(hit.row), DISTANCE_COLUMN: float(hit.distance)}

@@ -12,8 +12,10 @@ operator's documented default and is counted in ``unparsed`` in the statistics:
 * ``sem_classify``: the first label that the answer starts with, else the first label
   that appears in it (case-insensitive); none -> ``None``.
 * ``sem_extract``: lines ``field: value``; a field without a line -> ``None``.
-* ``sem_map``: the answer text, stripped; never unparsed. Answers that hit the token bound
-  are retried with a doubled bound (counted in ``retries``).
+* ``sem_map`` / ``sem_extract``: ``max_tokens`` is a hard cap on the answer. Calls start
+  with a smaller bound (``first_bound_tokens``, default 64, which is what the scheduler
+  reserves KV memory for); an answer that stops at that bound is re-issued with a doubled
+  bound up to the cap (counted in ``retries``). ``sem_map`` answers are never unparsed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from kalypso.query.templates import Instruction, PlanError
 
 FILTER_MAX_TOKENS = 8
 """Static token bound for predicates (paper section 6)."""
-DEFAULT_MAP_MAX_TOKENS = 64
+DEFAULT_MAP_MAX_TOKENS = 256
+DEFAULT_FIRST_BOUND_TOKENS = 64
 
 
 def _check_new_column(column: str, schema: Schema, operator: str) -> None:
@@ -39,6 +42,12 @@ def _check_new_column(column: str, schema: Schema, operator: str) -> None:
 
 
 _NEGATIONS = frozenset({"no", "not", "never", "none", "neither", "nor", "cannot"})
+
+
+def _positive(value: int, operator: str) -> int:
+    if not isinstance(value, int) or value < 1:
+        raise PlanError(f"{operator}: token bounds must be positive integers, got {value!r}")
+    return value
 
 
 def parse_yes_no(text: str) -> bool | None:
@@ -67,7 +76,7 @@ class SemFilter(PipelinedOperator):
 
     def __init__(self, instruction: str, *, max_tokens: int = FILTER_MAX_TOKENS) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
-        self.max_tokens = max_tokens
+        self.max_tokens = _positive(max_tokens, self.kind)
         self.task = self.instruction.task_text() + " Answer yes or no."
 
     def output_schema(self, schema: Schema) -> Schema:
@@ -85,9 +94,13 @@ class SemFilter(PipelinedOperator):
 
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
         result = await ctx.complete(
-            op_id, row, self.instruction.columns, self.task,
-            max_tokens=self.max_tokens, retry_on_length=False, priority=priority,
-        )  # fmt: skip
+            op_id,
+            row,
+            self.instruction.columns,
+            self.task,
+            max_tokens=self.max_tokens,
+            priority=priority,
+        )
         verdict = parse_yes_no(result.text)
         if verdict is None:
             ctx.stats_for(op_id).unparsed += 1
@@ -102,11 +115,17 @@ class SemMap(PipelinedOperator):
     contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
 
     def __init__(
-        self, instruction: str, output_column: str, *, max_tokens: int = DEFAULT_MAP_MAX_TOKENS
+        self,
+        instruction: str,
+        output_column: str,
+        *,
+        max_tokens: int = DEFAULT_MAP_MAX_TOKENS,
+        first_bound_tokens: int = DEFAULT_FIRST_BOUND_TOKENS,
     ) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
         self.output_column = output_column
-        self.max_tokens = max_tokens
+        self.max_tokens = _positive(max_tokens, self.kind)
+        self.first_bound_tokens = min(_positive(first_bound_tokens, self.kind), self.max_tokens)
         self.task = self.instruction.task_text()
 
     def output_schema(self, schema: Schema) -> Schema:
@@ -125,9 +144,14 @@ class SemMap(PipelinedOperator):
 
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
         result = await ctx.complete(
-            op_id, row, self.instruction.columns, self.task,
-            max_tokens=self.max_tokens, retry_on_length=True, priority=priority,
-        )  # fmt: skip
+            op_id,
+            row,
+            self.instruction.columns,
+            self.task,
+            max_tokens=self.max_tokens,
+            first_bound_tokens=self.first_bound_tokens,
+            priority=priority,
+        )
         return row.with_value(self.output_column, result.text.strip())
 
 
@@ -138,13 +162,19 @@ class SemExtract(PipelinedOperator):
     contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
 
     def __init__(
-        self, instruction: str, fields: list[str], *, max_tokens: int = DEFAULT_MAP_MAX_TOKENS
+        self,
+        instruction: str,
+        fields: list[str],
+        *,
+        max_tokens: int = DEFAULT_MAP_MAX_TOKENS,
+        first_bound_tokens: int = DEFAULT_FIRST_BOUND_TOKENS,
     ) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
         if not fields:
             raise PlanError("sem_extract: give at least one output field")
         self.fields = tuple(fields)
-        self.max_tokens = max_tokens
+        self.max_tokens = _positive(max_tokens, self.kind)
+        self.first_bound_tokens = min(_positive(first_bound_tokens, self.kind), self.max_tokens)
         listed = ", ".join(self.fields)
         self.task = (
             f"{self.instruction.task_text()} Answer with one line per field, written as"
@@ -180,9 +210,14 @@ class SemExtract(PipelinedOperator):
 
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
         result = await ctx.complete(
-            op_id, row, self.instruction.columns, self.task,
-            max_tokens=self.max_tokens, retry_on_length=True, priority=priority,
-        )  # fmt: skip
+            op_id,
+            row,
+            self.instruction.columns,
+            self.task,
+            max_tokens=self.max_tokens,
+            first_bound_tokens=self.first_bound_tokens,
+            priority=priority,
+        )
         values = self.parse(result.text)
         if any(v is None for v in values.values()):
             ctx.stats_for(op_id).unparsed += 1
@@ -198,9 +233,13 @@ class SemClassify(PipelinedOperator):
     contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
 
     def __init__(
-        self, instruction: str, labels: list[str], output_column: str = "label",
-        *, max_tokens: int = FILTER_MAX_TOKENS,
-    ) -> None:  # fmt: skip
+        self,
+        instruction: str,
+        labels: list[str],
+        output_column: str = "label",
+        *,
+        max_tokens: int = FILTER_MAX_TOKENS,
+    ) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
         cleaned = [str(label).strip() for label in labels or []]
         if len(cleaned) < 2 or any(not label for label in cleaned):
@@ -240,9 +279,13 @@ class SemClassify(PipelinedOperator):
 
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
         result = await ctx.complete(
-            op_id, row, self.instruction.columns, self.task,
-            max_tokens=self.max_tokens, retry_on_length=False, priority=priority,
-        )  # fmt: skip
+            op_id,
+            row,
+            self.instruction.columns,
+            self.task,
+            max_tokens=self.max_tokens,
+            priority=priority,
+        )
         label = self.parse(result.text)
         if label is None:
             ctx.stats_for(op_id).unparsed += 1

@@ -142,13 +142,18 @@ class Table:
         return self.apply(SemClassify(instruction, labels, output_column, **kwargs))
 
     def sem_join(
-        self, right: Table | pd.DataFrame, instruction: str, *, index: IndexJoin | None = None,
+        self,
+        right: Table | pd.DataFrame,
+        instruction: str,
+        *,
+        index: IndexJoin | None = None,
         **kwargs: Any,
-    ) -> Table:  # fmt: skip
+    ) -> Table:
         """Cartesian product with ``right`` (or its index candidates), then a predicate."""
         thresholds = index.thresholds() if index is not None else None
         return self.apply(
-            CartesianProduct(right, index), JoinPredicate(instruction, thresholds=thresholds, **kwargs)
+            CartesianProduct(right, index),
+            JoinPredicate(instruction, thresholds=thresholds, **kwargs),
         )
 
     def index_search(
@@ -190,21 +195,28 @@ class Table:
         options = ExecutionOptions(policy, max_tasks_in_flight, max_retries)
         physical = self.physical_plan()
         ctx = ExecContext(
-            engine, PromptLayout(engine.tokenizer, system_prompt), max_retries=max_retries,
+            engine,
+            PromptLayout(engine.tokenizer, system_prompt),
+            max_retries=max_retries,
             query_id=query_id,
-        )  # fmt: skip
+        )
         for planned in physical.operators():
             ctx.stats_for(planned.op_id)
-        rows = [Row((i,), dict(record)) for i, record in enumerate(self._source.to_dict("records"))]
+        records = self._source.to_dict("records")
+        rows = [Row((i,), {str(k): v for k, v in r.items()}) for i, r in enumerate(records)]
         started = time.monotonic()
         out_rows = await execute(physical, rows, ctx, options)
         elapsed_s = time.monotonic() - started
         frame = pd.DataFrame([r.values for r in out_rows], columns=list(physical.output_schema))
         operator_stats = tuple(ctx.stats.values())
         return QueryResult(
-            frame=frame, stats=stats_frame(list(operator_stats)), policy=policy,
-            engine=engine.name, time_s=elapsed_s, operator_stats=operator_stats,
-        )  # fmt: skip
+            frame=frame,
+            stats=stats_frame(list(operator_stats)),
+            policy=policy,
+            engine=engine.name,
+            time_s=elapsed_s,
+            operator_stats=operator_stats,
+        )
 
     def run(self, engine: Engine, **kwargs: Any) -> QueryResult:
         """Run the plan on ``engine`` and return the output table with statistics.

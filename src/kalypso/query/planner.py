@@ -131,7 +131,9 @@ def explain(physical: PhysicalPlan) -> str:
         lines.append(f"Pipeline {pipeline.number}")
         if pipeline.barrier is not None:
             b = pipeline.barrier
-            lines.append(f"  barrier  [{b.op_id}] {b.operator.describe()}  ({b.operator.contract.flags()})")
+            lines.append(
+                f"  barrier  [{b.op_id}] {b.operator.describe()}  ({b.operator.contract.flags()})"
+            )
         for stage in pipeline.stages:
             source = (
                 f"scan {physical.source_name}"

@@ -9,9 +9,9 @@ import pandas as pd
 
 from kalypso.query.context import ExecContext
 from kalypso.query.index import VectorIndex
-from kalypso.query.shared_index import index_for
 from kalypso.query.operators import OperatorContract, PipelinedOperator, Schema
 from kalypso.query.rows import Row
+from kalypso.query.shared_index import index_for
 from kalypso.query.templates import Instruction, PlanError
 
 
