@@ -1,0 +1,54 @@
+"""Reading and writing the bundled JSON-lines tables under ``datasets/data/``.
+
+The on-disk form is canonical: one JSON object per row, keys in column order,
+``ensure_ascii=False``, ``\\n`` line endings and a final newline. :func:`to_jsonl` is what
+:func:`write_jsonl` writes, so a test can compare a generated frame with a bundled file
+byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+DATA_DIR = Path(__file__).with_name("data")
+"""Folder of the bundled data files (shipped as package data)."""
+
+
+def _plain(value: Any) -> Any:
+    """Turn numpy scalars and arrays into the JSON-serialisable Python values."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def to_jsonl(frame: pd.DataFrame) -> str:
+    """The canonical JSON-lines text of ``frame`` (one row per line, final newline)."""
+    columns = [str(c) for c in frame.columns]
+    lines = []
+    for row in frame.itertuples(index=False, name=None):
+        record = {col: _plain(val) for col, val in zip(columns, row, strict=True)}
+        lines.append(json.dumps(record, ensure_ascii=False))
+    return "".join(line + "\n" for line in lines)
+
+
+def write_jsonl(frame: pd.DataFrame, path: Path) -> None:
+    """Write ``frame`` to ``path`` in the canonical form, creating parent folders."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(to_jsonl(frame), encoding="utf-8", newline="\n")
+
+
+def read_jsonl(path: Path) -> pd.DataFrame:
+    """Read a file written by :func:`write_jsonl` back into a frame (column order kept).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    columns = list(records[0]) if records else []
+    return pd.DataFrame.from_records(records, columns=columns)
