@@ -48,7 +48,7 @@ def test_cli_reports_missing_model_without_traceback(
 
 
 def test_local_folder_without_config_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(ModelNotReadyError, match="config.json"):
+    with pytest.raises(ModelNotReadyError, match=r"config\.json"):
         resolve_model(str(tmp_path))
 
 

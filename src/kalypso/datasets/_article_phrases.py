@@ -1,7 +1,7 @@
 """Drugs and sentence templates for the BioDEX-shaped case-report articles.
 
-Slots: ``{drug}``, ``{drug_class}``, ``{indication}``, ``{dose}``, ``{a_age}`` ("a 54" or
-"an 84"), ``{sex}``,
+Slots: ``{drug}``, ``{drug_class}`` (``{a_drug_class}`` with its article),
+``{indication}``, ``{dose}``, ``{a_age}`` ("a 54" or "an 84"), ``{sex}``,
 ``{He}``/``{he}``/``{his}``/``{him}`` (pronouns), ``{onset}`` (days), ``{reaction}`` (one
 of the patient's reactions, as mentioned in text), ``{reactions}`` (all of them, as a
 list), ``{other}`` (a reaction the patient did *not* have) and the filler pools in
@@ -197,7 +197,7 @@ ABSTRACT: Final = (
 )
 
 BACKGROUND: Final = (
-    "{Drug} is a {drug_class} that is commonly prescribed for {indication}.",
+    "{Drug} is {a_drug_class} that is commonly prescribed for {indication}.",
     "Since its introduction, {drug} has become a cornerstone of treatment for "
     "{indication} in many countries.",
     "The efficacy of {drug} has been demonstrated in several randomised controlled trials.",

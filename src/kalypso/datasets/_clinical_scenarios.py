@@ -717,9 +717,9 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
 )
 
 OPENING: Final = (
-    "A {age}-year-old {sex} presents to the {setting} with {duration} of {complaint}.",
-    "A {age}-year-old {sex} comes to the {setting} because of {complaint} for {duration}.",
-    "A {age}-year-old {sex} is evaluated in the {setting} for {complaint} that began "
+    "{a_age}-year-old {sex} presents to the {setting} with {duration} of {complaint}.",
+    "{a_age}-year-old {sex} comes to the {setting} because of {complaint} for {duration}.",
+    "{a_age}-year-old {sex} is evaluated in the {setting} for {complaint} that began "
     "{duration} ago.",
 )
 SETTINGS: Final = (

@@ -50,15 +50,35 @@ NAME_SECOND: Final = (
     "Pharma",
     "Instruments",
 )
-NAME_SUFFIX: Final = ("Inc.", "LLC", "Ltd.", "Corporation", "GmbH", "S.A.", "plc")
 JURISDICTIONS: Final = (
-    ("the State of Delaware", "Wilmington, Delaware", "a Delaware corporation"),
-    ("the State of New York", "New York County, New York", "a New York corporation"),
-    ("the State of California", "San Francisco, California", "a California corporation"),
-    ("England and Wales", "London", "a company incorporated in England and Wales"),
-    ("the Province of Ontario", "Toronto, Ontario", "an Ontario corporation"),
-    ("the Republic of Singapore", "Singapore", "a company incorporated in Singapore"),
-    ("the State of Texas", "Austin, Texas", "a Texas limited liability company"),
+    # governing law, courts, form of a company organised there, name suffixes used there
+    (
+        "the State of Delaware",
+        "Wilmington, Delaware",
+        "a Delaware corporation",
+        ("Inc.", "Corporation"),
+    ),
+    (
+        "the State of New York",
+        "New York County, New York",
+        "a New York corporation",
+        ("Inc.", "Corp."),
+    ),
+    (
+        "the State of California",
+        "San Francisco, California",
+        "a California corporation",
+        ("Inc.", "Corporation"),
+    ),
+    ("England and Wales", "London", "a company incorporated in England and Wales", ("Ltd.", "plc")),
+    ("the Province of Ontario", "Toronto, Ontario", "an Ontario corporation", ("Inc.", "Ltd.")),
+    (
+        "the Republic of Singapore",
+        "Singapore",
+        "a company incorporated in Singapore",
+        ("Pte. Ltd.",),
+    ),
+    ("the State of Texas", "Austin, Texas", "a Texas limited liability company", ("LLC",)),
 )
 STREETS: Final = (
     "Market Street",

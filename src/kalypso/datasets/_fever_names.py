@@ -455,24 +455,6 @@ BAND_NOUNS: Final = (
     "Monarchs",
     "Owls",
 )
-COMPANY_WORDS: Final = (
-    "Motors",
-    "Systems",
-    "Foods",
-    "Textiles",
-    "Mining",
-    "Shipping",
-    "Airlines",
-    "Pharmaceuticals",
-    "Electronics",
-    "Brewing",
-    "Publishing",
-    "Steel",
-    "Energy",
-    "Robotics",
-    "Insurance",
-    "Telecom",
-)
 NUMERALS: Final = ("II", "III", "IV", "V")
 
 
@@ -566,14 +548,13 @@ class NameBook:
 
         return self._unique(draw, lambda n: f"{n} Collective")
 
-    def company(self) -> str:
+    def company(self, word: str) -> str:
+        """A company name ending in ``word`` (its line of business, e.g. "Motors")."""
         r = self._rng
 
         def draw() -> str:
             family = f"{r.choice(SURNAME_HEADS)}{r.choice(SURNAME_TAILS)}"
             place = f"{r.choice(PLACE_HEADS)}{r.choice(PLACE_TAILS)}"
-            return r.choice(
-                (f"{family} {r.choice(COMPANY_WORDS)}", f"{place} {r.choice(COMPANY_WORDS)}")
-            )
+            return f"{r.choice((family, place))} {word}"
 
         return self._unique(draw, lambda n: f"{n} Group")

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from kalypso.datasets._fever_names import NameBook
-from kalypso.datasets._text import Section, grow_to, jittered, render, template_filler
+from kalypso.datasets._text import (
+    Section,
+    grow_to,
+    indefinite_article,
+    jittered,
+    render,
+    template_filler,
+)
 
 COUNTRIES: Final = (
     ("France", "French"),
@@ -93,18 +100,24 @@ MUSIC_GENRES: Final = (
     "punk rock",
     "blues",
 )
-INDUSTRIES: Final = (
-    "automotive",
-    "shipping",
-    "textile",
-    "mining",
-    "software",
-    "food",
-    "pharmaceutical",
-    "telecommunications",
-    "brewing",
-    "publishing",
-)
+INDUSTRIES: Final = {
+    # industry -> the word company names in it end with
+    "automotive": "Motors",
+    "shipping": "Shipping",
+    "textile": "Textiles",
+    "mining": "Mining",
+    "software": "Systems",
+    "food": "Foods",
+    "pharmaceutical": "Pharmaceuticals",
+    "telecommunications": "Telecom",
+    "brewing": "Brewing",
+    "publishing": "Publishing",
+    "airline": "Airlines",
+    "steel": "Steel",
+    "energy": "Energy",
+    "electronics": "Electronics",
+    "insurance": "Insurance",
+}
 
 KIND_SHARES: Final = (
     ("river", 5),
@@ -256,14 +269,15 @@ def build_world(n: int, rng: random.Random) -> list[Entity]:
         founder.works.append(("formed", band.eid))
     for _ in range(counts["company"]):
         founder, hq = pick("entrepreneur"), rng.choice(cities)
+        industry = rng.choice(sorted(INDUSTRIES))
         company = add(
             "company",
-            names.company(),
+            names.company(INDUSTRIES[industry]),
             year=year_after(founder, 20, 45),
             founder=founder.name,
             city=hq.name,
             country=hq.facts["country"],
-            industry=rng.choice(INDUSTRIES),
+            industry=industry,
         )
         company.links.update(founder=founder.eid, city=hq.eid)
         founder.works.append(("founded", company.eid))
@@ -272,18 +286,21 @@ def build_world(n: int, rng: random.Random) -> list[Entity]:
 
 LEADS: Final[dict[str, tuple[str, ...]]] = {
     "person": (
-        "{name} (born {born}) is a {nationality} {occupation}.",
-        "{name} (born {born}) is a {nationality} {occupation} from {birthplace}.",
+        "{name} (born {born}) is {a_nationality} {occupation}.",
+        "{name} (born {born}) is {a_nationality} {occupation} from {birthplace}.",
     ),
     "city": (
         "{name} is a {size} in {country}.",
         "{name} is a {size} in {country}, founded in {founded}.",
     ),
     "river": ("The {name} is a river in {country}.",),
-    "film": ("{name} is a {year} {country} {genre} film directed by {director}.",),
+    "film": (
+        "{name} is a {year} {country} {genre} film directed by {director}.",
+        "{name} is {a_country} {genre} film directed by {director} and released in {year}.",
+    ),
     "book": ("{name} is a {year} {genre} by the writer {author}.",),
-    "band": ("{name} are a {genre} band formed in {city} in {year}.",),
-    "company": ("{name} is a {industry} company headquartered in {city}, {country}.",),
+    "band": ("{name} are {a_genre} band formed in {city} in {year}.",),
+    "company": ("{name} is {a_industry} company headquartered in {city}, {country}.",),
 }
 FACTS: Final[dict[str, tuple[str, ...]]] = {
     "person": ("{He} was born in {birthplace} in {born}.",),
@@ -300,17 +317,23 @@ FACTS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "company": ("It was founded in {year} by {founder}.",),
 }
-WORKS: Final[dict[str, str]] = {
-    "directed": "{He} directed the film {title} ({year}).",
-    "starred": "{He} starred in {title} ({year}).",
-    "wrote": "{He} is the author of {title} ({year}).",
-    "formed": "{He} founded the band {title} in {year}.",
-    "founded": "{He} founded the company {title} in {year}.",
-    "city": "The river flows through {title}.",
+# relation -> (sentence for one related entity, sentence for several)
+WORKS: Final[dict[str, tuple[str, str]]] = {
+    "directed": ("{He} directed the film {titles}.", "{He} directed the films {titles}."),
+    "starred": ("{He} starred in {titles}.", "{His} film roles include {titles}."),
+    "wrote": ("{He} is the author of {titles}.", "{His} books include {titles}."),
+    "formed": ("{He} founded the band {titles}.", "{He} founded the bands {titles}."),
+    "founded": ("{He} founded the company {titles}.", "{He} founded the companies {titles}."),
+    "city": ("The river flows through {titles}.", "Towns along its course include {titles}."),
 }
 FILLER: Final[dict[str, tuple[str, ...]]] = {
     "person": (
         "{He} has given interviews about {his} early years and influences.",
+        "In {year2}, {he} moved to {other_city}, where {he} still lives.",
+        "{He} is married to {other_person}.",
+        "{He} was awarded an honorary doctorate in {year2}.",
+        "Early in {his} career, {he} worked alongside {other_person}.",
+        "A street in {other_city} was named after {him} in {year2}.",
         "{His} career has spanned several decades.",
         "{He} has received a number of national honours.",
         "Critics have described {his} work as thoughtful and understated.",
@@ -323,6 +346,11 @@ FILLER: Final[dict[str, tuple[str, ...]]] = {
     ),
     "city": (
         "The economy is based on trade, light industry and tourism.",
+        "It is twinned with {other_city}.",
+        "The cathedral in the town centre dates from the {century} century.",
+        "The nearest larger city is {other_city}, about {number} kilometres away.",
+        "Notable people from the town include {other_person}.",
+        "The town was badly damaged by a fire in {year2} and later rebuilt.",
         "Its old town contains several buildings from the medieval period.",
         "The town hosts an annual summer festival.",
         "It is connected to the national railway network.",
@@ -332,6 +360,10 @@ FILLER: Final[dict[str, tuple[str, ...]]] = {
     ),
     "river": (
         "Its basin supports agriculture and several protected wetlands.",
+        "Its largest tributary joins it near {other_city}.",
+        "A stone bridge built in the {century} century crosses it near {other_city}.",
+        "The river's catchment covers about {number} square kilometres.",
+        "It was first mapped in detail in {year2}.",
         "The river is navigable by small boats along its lower course.",
         "Several hydroelectric dams have been built on its tributaries.",
         "The river is popular with anglers and canoeists.",
@@ -339,6 +371,9 @@ FILLER: Final[dict[str, tuple[str, ...]]] = {
     ),
     "film": (
         "The film received generally positive reviews from critics.",
+        "The supporting cast includes {other_person}.",
+        "It was produced by {other_person} on a budget of about {number} million.",
+        "A remake was announced in {year2} but never completed.",
         "It was a modest success at the box office.",
         "The screenplay was adapted from an unpublished story.",
         "It premiered at an international film festival.",
@@ -348,6 +383,10 @@ FILLER: Final[dict[str, tuple[str, ...]]] = {
     ),
     "book": (
         "The book was well received by critics.",
+        "Much of the story is set in {other_city}.",
+        "It is dedicated to {other_person}.",
+        "A revised edition appeared in {year2}.",
+        "The first edition had a print run of {number} thousand copies.",
         "It has been translated into several languages.",
         "The story follows a family across three generations.",
         "It was shortlisted for a national literary prize.",
@@ -356,6 +395,9 @@ FILLER: Final[dict[str, tuple[str, ...]]] = {
     ),
     "band": (
         "The band has toured extensively across Europe and North America.",
+        "The current line-up includes {other_person} on drums.",
+        "In {year2} the band played a sold-out concert in {other_city}.",
+        "The band's third album was recorded in {other_city}.",
         "Its line-up has changed several times over the years.",
         "The group is known for energetic live performances.",
         "The band has released several studio albums.",
@@ -363,6 +405,9 @@ FILLER: Final[dict[str, tuple[str, ...]]] = {
     ),
     "company": (
         "The company employs several thousand people.",
+        "Its chief executive since {year2} has been {other_person}.",
+        "It opened a second plant in {other_city} in {year2}.",
+        "In {year2} it reported revenue of about {number} million.",
         "It operates facilities in several countries.",
         "The company is listed on the national stock exchange.",
         "It expanded rapidly during the following decades.",
@@ -372,26 +417,73 @@ FILLER: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
+def names_by_kind(world: list[Entity]) -> dict[str, list[str]]:
+    """Entity names grouped by kind (used to mention other entities in passages)."""
+    groups: dict[str, list[str]] = {kind: [] for kind, _ in KIND_SHARES}
+    for entity in world:
+        groups[entity.kind].append(entity.name)
+    return groups
+
+
+def _others(rng: random.Random, names: list[str], exclude: str) -> tuple[str, ...]:
+    """Up to three random names from ``names`` other than ``exclude``."""
+    picked = {rng.choice(names) for _ in range(3)} - {exclude}
+    return tuple(sorted(picked)) or tuple(n for n in names[:2] if n != exclude) or (exclude,)
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
 def passage(
-    entity: Entity, world: list[Entity], rng: random.Random, target_words: int, spread: float
+    entity: Entity,
+    world: list[Entity],
+    by_kind: dict[str, list[str]],
+    rng: random.Random,
+    target_words: int,
+    spread: float,
 ) -> str:
     """The introductory paragraph of ``entity``'s article, about ``target_words`` long.
 
     Includes every claimable fact: attributes in the lead and fact sentences, and for each
-    of ``entity.works`` a sentence naming the related entity.
+    kind of ``entity.works`` a sentence naming all the related entities.
+    ``by_kind`` is :func:`names_by_kind` of ``world``.
     """
-    he, his = ("She", "her") if entity.female else ("He", "his")
-    ctx = {"name": entity.name, "He": he, "he": he.lower(), "His": his.capitalize(),
-           "his": his, **entity.facts}
+    facts = entity.facts
+    he, his, him = ("she", "her", "her") if entity.female else ("he", "his", "him")
+    ctx = {
+        "name": entity.name,
+        "He": he.capitalize(),
+        "he": he,
+        "His": his.capitalize(),
+        "his": his,
+        "him": him,
+        **facts,
+    }
+    for key in ("nationality", "country", "industry", "genre"):
+        if key in facts:
+            ctx[f"a_{key}"] = f"{indefinite_article(facts[key])} {facts[key]}"
     if "river" in entity.links:
         ctx["river"] = world[entity.links["river"]].name
-    pools: dict[str, tuple[str, ...]] = {}
+    base = int(facts.get("born", facts.get("year", "1930"))) + 15
+    pools: dict[str, tuple[str, ...]] = {
+        "other_city": _others(rng, by_kind["city"], entity.name),
+        "other_person": _others(rng, by_kind["person"], entity.name),
+        "year2": tuple(str(y) for y in range(min(base, 2016), 2024)),
+        "century": ("twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth"),
+        "number": ("12", "25", "40", "65", "80", "120", "350"),
+    }
     body = [render(rng.choice(LEADS[entity.kind]), rng, pools, **ctx)]
     body += [render(t, rng, pools, **ctx) for t in FACTS[entity.kind]]
+    grouped: dict[str, list[str]] = {}
     for relation, eid in entity.works:
         other = world[eid]
-        year = other.facts.get("year", "")
-        body.append(render(WORKS[relation], rng, pools, **ctx, title=other.name, year=year))
+        year = other.facts.get("year")
+        grouped.setdefault(relation, []).append(f"{other.name} ({year})" if year else other.name)
+    for relation, titles in grouped.items():
+        one, several = WORKS[relation]
+        template = one if len(titles) == 1 else several
+        body.append(render(template, rng, pools, **ctx, titles=_join(titles)))
     section = Section(None, body, template_filler(rng, FILLER[entity.kind], pools, ctx))
     grow_to([section], jittered(rng, target_words, spread), rng)
     return section.render()

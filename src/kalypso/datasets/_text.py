@@ -80,11 +80,6 @@ def indefinite_article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 
 
-def pick_distinct(rng: random.Random, items: Sequence[str], k: int) -> list[str]:
-    """``k`` distinct items of ``items`` in random order (all of them if fewer)."""
-    return rng.sample(list(items), min(k, len(items)))
-
-
 def bernoulli_count(rng: random.Random, n: int, fraction: float) -> list[bool]:
     """A shuffled list of ``n`` flags of which exactly ``round(n * fraction)`` are true.
 

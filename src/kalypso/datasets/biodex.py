@@ -124,6 +124,7 @@ def _article(
         "drug": drug,
         "Drug": capitalize(drug),
         "drug_class": drug_class,
+        "a_drug_class": f"{indefinite_article(drug_class)} {drug_class}",
         "indication": indication,
         "dose": dose,
         "sex": sex,

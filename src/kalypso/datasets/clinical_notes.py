@@ -28,6 +28,7 @@ from kalypso.datasets._text import (
     Section,
     bernoulli_count,
     grow_to,
+    indefinite_article,
     jittered,
     render,
     template_filler,
@@ -102,7 +103,7 @@ def _note(
 
     opening = say(
         rng.choice(C.OPENING),
-        age=str(age),
+        a_age=f"{indefinite_article(str(age))} {age}",
         sex=_NOUNS[sex][minor],
         setting=rng.choice(C.SETTINGS),
         duration=rng.choice(scenario.duration),

@@ -104,17 +104,17 @@ def _make_consistent(labels: dict[str, str]) -> None:
         labels["nda-20"] = "not_mentioned"
 
 
-def _company(rng: random.Random) -> str:
-    return f"{rng.choice(B.NAME_FIRST)} {rng.choice(B.NAME_SECOND)} {rng.choice(B.NAME_SUFFIX)}"
+def _company(rng: random.Random, suffixes: tuple[str, ...]) -> str:
+    return f"{rng.choice(B.NAME_FIRST)} {rng.choice(B.NAME_SECOND)} {rng.choice(suffixes)}"
 
 
 def _context(rng: random.Random) -> dict[str, str]:
     """Values shared by all sentences of one document (parties, dates, venue, ...)."""
-    discloser = _company(rng)
-    recipient = _company(rng)
+    (_, _, d_form, d_suffixes), (law, venue, r_form, r_suffixes) = rng.sample(B.JURISDICTIONS, 2)
+    discloser = _company(rng, d_suffixes)
+    recipient = _company(rng, r_suffixes)
     while recipient == discloser:
-        recipient = _company(rng)
-    (d_law, _, d_form), (law, venue, r_form) = rng.sample(B.JURISDICTIONS, 2)
+        recipient = _company(rng, r_suffixes)
     product = rng.choice(B.PRODUCTS)
     people = rng.sample(B.PEOPLE, 5)
     return {

@@ -27,12 +27,13 @@ from typing import Final
 import pandas as pd
 
 from kalypso.datasets import _fever_world as W
+from kalypso.datasets._sizes import FEVER_PAPER_PASSAGES
 from kalypso.datasets._text import bernoulli_count
 
 CLAIM_COLUMNS: Final = ("claim_id", "claim", "label", "gold_passage_ids")
 PASSAGE_COLUMNS: Final = ("passage_id", "title", "text")
 LABELS: Final = ("SUPPORTS", "REFUTES")
-PAPER_PASSAGES: Final = 50_000
+PAPER_PASSAGES: Final = FEVER_PAPER_PASSAGES
 """Corpus size used for the "paper" scale instead of the paper's 5,416,568 passages."""
 
 
@@ -62,13 +63,16 @@ class _Claim:
 _Maker = Callable[[W.Entity, list[W.Entity], random.Random, bool], "_Claim | None"]
 
 
-def _other(world: list[W.Entity], rng: random.Random, kind: str, exclude: str,
-           job: str | None = None) -> W.Entity | None:  # fmt: skip
+def _other(
+    world: list[W.Entity], rng: random.Random, kind: str, exclude: str, job: str | None = None
+) -> W.Entity | None:
     """A random entity of ``kind`` (and occupation ``job``) not named ``exclude``."""
     for _ in range(50):
         cand = rng.choice(world)
-        if cand.kind == kind and cand.name != exclude and (
-            job is None or cand.facts.get("occupation") == job
+        if (
+            cand.kind == kind
+            and cand.name != exclude
+            and (job is None or cand.facts.get("occupation") == job)
         ):
             return cand
     return None
@@ -90,14 +94,20 @@ def _attr(templates: tuple[str, ...], key: str, alt: Callable[..., str | None]) 
     return make
 
 
-def _link(templates: tuple[str, ...], relation: str, job: str | None) -> _Maker:
-    """A claim about a functional link (director, author, founder, river, city)."""
+def _link(
+    templates: tuple[str, ...], relation: str, job: str | None, *, both: bool = True
+) -> _Maker:
+    """A claim about a functional link (director, author, founder, river, headquarters).
+
+    A supported claim's gold passages are the subject's and, when ``both`` (the linked
+    entity's passage also states the link), the linked entity's.
+    """
 
     def make(e: W.Entity, world: list[W.Entity], rng: random.Random, truth: bool) -> _Claim | None:
         linked = world[e.links[relation]]
         if truth:
-            return _Claim(rng.choice(templates).format(name=e.name, value=linked.name),
-                          [e.eid, linked.eid])  # fmt: skip
+            text = rng.choice(templates).format(name=e.name, value=linked.name)
+            return _Claim(text, [e.eid, linked.eid] if both else [e.eid])
         wrong = _other(world, rng, linked.kind, linked.name, job)
         if wrong is None:
             return None
@@ -124,46 +134,87 @@ _COUNTRY_NAMES: Final = tuple(name for name, _ in W.COUNTRIES)
 
 MAKERS: Final[dict[str, tuple[_Maker, ...]]] = {
     "person": (
-        _attr(("{name} was born in {value}.", "{name} is a native of {value}."),
-              "birthplace", _alt_city),
-        _attr(("{name} was born in {value}.",), "born", _alt_year("born")),
-        _attr(("{name} is {value}.", "{name} holds {value} citizenship."), "nationality",
-              _alt_choice("nationality", _ADJECTIVES)),
+        _attr(
+            (
+                "{name} was born in the town of {value}.",
+                "{name} is a native of the town of {value}.",
+                "{name} was born and raised in {value}.",
+            ),
+            "birthplace",
+            _alt_city,
+        ),
+        _attr(
+            ("{name} was born in the year {value}.", "{name} was born in {value}."),
+            "born",
+            _alt_year("born"),
+        ),
+        _attr(
+            ("{name} is a person of {value} nationality.", "{name} holds {value} citizenship."),
+            "nationality",
+            _alt_choice("nationality", _ADJECTIVES),
+        ),
     ),
     "film": (
-        _link(("{name} was directed by {value}.", "{value} directed {name}."), "director",
-              "film director"),
-        _attr(("{name} was released in {value}.", "{name} came out in {value}."), "year",
-              _alt_year("year")),
-        _attr(("{name} is a {value} film.",), "genre", _alt_choice("genre", W.FILM_GENRES)),
+        _link(
+            ("{name} is a film directed by {value}.", "{value} directed the film {name}."),
+            "director",
+            "film director",
+        ),
+        _attr(
+            ("The film {name} was released in {value}.", "{name} came out in cinemas in {value}."),
+            "year",
+            _alt_year("year"),
+        ),
+        _attr(
+            ("{name} is a {value} film.", "The film {name} belongs to the {value} genre."),
+            "genre",
+            _alt_choice("genre", W.FILM_GENRES),
+        ),
     ),
     "book": (
-        _link(("{name} was written by {value}.", "{value} is the author of {name}."),
-              "author", "writer"),
-        _attr(("{name} was published in {value}.",), "year", _alt_year("year")),
+        _link(
+            ("{name} was written by {value}.", "{value} is the author of {name}."),
+            "author",
+            "writer",
+        ),
+        _attr(("{name} was first published in {value}.",), "year", _alt_year("year")),
     ),
     "city": (
-        _attr(("{name} is located in {value}.", "{name} is a town in {value}."), "country",
-              _alt_choice("country", _COUNTRY_NAMES)),
-        _link(("{name} lies on the {value}.",), "river", None),
-        _attr(("{name} was founded in {value}.",), "founded", _alt_year("founded")),
+        _attr(
+            (
+                "{name} is located in the country of {value}.",
+                "{name} is a town situated in {value}.",
+            ),
+            "country",
+            _alt_choice("country", _COUNTRY_NAMES),
+        ),
+        _link(("{name} lies on the banks of the {value}.",), "river", None),
+        _attr(("The town of {name} was founded in {value}.",), "founded", _alt_year("founded")),
     ),
     "river": (
-        _attr(("The {name} flows into the {value}.",), "sea", _alt_choice("sea", W.SEAS)),
-        _attr(("The {name} is a river in {value}.",), "country",
-              _alt_choice("country", _COUNTRY_NAMES)),
+        _attr(
+            ("The {name} eventually flows into the {value}.",), "sea", _alt_choice("sea", W.SEAS)
+        ),
+        _attr(
+            ("The {name} is a river in {value}.",),
+            "country",
+            _alt_choice("country", _COUNTRY_NAMES),
+        ),
     ),
     "band": (
-        _link(("{name} was founded by {value}.",), "founder", "musician"),
-        _attr(("{name} formed in {value}.",), "year", _alt_year("year")),
+        _link(("The band {name} was founded by {value}.",), "founder", "musician"),
+        _attr(("The band {name} was formed in {value}.",), "year", _alt_year("year")),
     ),
     "company": (
-        _link(("{name} was founded by {value}.", "{value} founded {name}."), "founder",
-              "entrepreneur"),
-        _link(("{name} is headquartered in {value}.",), "city", None),
-        _attr(("{name} was founded in {value}.",), "year", _alt_year("year")),
+        _link(
+            ("The company {name} was founded by {value}.", "{value} founded the company {name}."),
+            "founder",
+            "entrepreneur",
+        ),
+        _link(("The company {name} is headquartered in {value}.",), "city", None, both=False),
+        _attr(("The company {name} was founded in {value}.",), "year", _alt_year("year")),
     ),
-}  # fmt: skip
+}
 
 
 def generate(
@@ -200,27 +251,36 @@ def generate(
         raise ValueError(f"n_passages must be at least max(n, 40) = {max(n, 40)}, got {size}")
     rng = random.Random(seed)
     world = W.build_world(size, rng)
-    texts = [W.passage(e, world, rng, passage_words, length_spread) for e in world]
+    by_kind = W.names_by_kind(world)
+    texts = [W.passage(e, world, by_kind, rng, passage_words, length_spread) for e in world]
     order = list(range(len(world)))
     rng.shuffle(order)
     pid = {eid: i for i, eid in enumerate(order)}
     corpus = pd.DataFrame(
-        {"passage_id": range(len(order)), "title": [world[e].name for e in order],
-         "text": [texts[e] for e in order]},
+        {
+            "passage_id": range(len(order)),
+            "title": [world[e].name for e in order],
+            "text": [texts[e] for e in order],
+        },
         columns=list(PASSAGE_COLUMNS),
-    )  # fmt: skip
+    )
 
     truths = bernoulli_count(rng, n, supports_fraction)
     subjects = rng.sample(world, len(world))
-    rows = []
+    rows: list[dict[str, object]] = []
     for truth in truths:
         claim = None
         while claim is None:
             subject = subjects.pop()
             maker = rng.choice(MAKERS[subject.kind])
             claim = maker(subject, world, rng, truth)
-        rows.append({"claim_id": len(rows), "claim": claim.text,
-                     "label": LABELS[0] if truth else LABELS[1],
-                     "gold_passage_ids": [pid[eid] for eid in claim.gold]})  # fmt: skip
+        rows.append(
+            {
+                "claim_id": len(rows),
+                "claim": claim.text,
+                "label": LABELS[0] if truth else LABELS[1],
+                "gold_passage_ids": [pid[eid] for eid in claim.gold],
+            }
+        )
     claims = pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
     return FEVERData(claims=claims, corpus=corpus)

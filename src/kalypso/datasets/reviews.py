@@ -27,6 +27,7 @@ import pandas as pd
 
 from kalypso.datasets import _review_phrases as P
 from kalypso.datasets._jsonl import DATA_DIR, read_jsonl, to_jsonl, write_jsonl
+from kalypso.datasets._sizes import REVIEWS_DEFAULT_N
 from kalypso.datasets._text import (
     Section,
     bernoulli_count,
@@ -35,6 +36,7 @@ from kalypso.datasets._text import (
     join_sections,
     render,
     template_filler,
+    word_count,
 )
 
 REVIEW_COLUMNS: Final = (
@@ -49,7 +51,7 @@ REVIEW_COLUMNS: Final = (
 )
 ASPECT_COLUMNS: Final = ("aspect_id", "aspect")
 SENTIMENTS: Final = ("positive", "negative", "mixed")
-DEFAULT_N: Final = 60
+DEFAULT_N: Final = REVIEWS_DEFAULT_N
 REVIEWS_FILE: Final = "reviews.jsonl"
 ASPECTS_FILE: Final = "reviews_aspects.jsonl"
 
@@ -265,10 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bundled reviews are up to date" if current else "bundled reviews are stale")
         return 0 if current else 1
     reviews = generate().reviews
-    words = reviews["text"].str.split().str.len()
+    words = [word_count(text) for text in reviews["text"]]
     print(
-        f"{len(reviews)} reviews, {words.mean():.0f} words on average "
-        f"({words.min()}-{words.max()}), "
+        f"{len(reviews)} reviews, {sum(words) / max(1, len(words)):.0f} words on average "
+        f"({min(words, default=0)}-{max(words, default=0)}), "
         f"{reviews['mentions_battery'].mean():.0%} mention the battery"
     )
     return 0

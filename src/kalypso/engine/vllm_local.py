@@ -229,9 +229,6 @@ class LocalVLLMEngine:
             scheduled_at_s = metrics.scheduled_ts
             queued_s = max(0.0, metrics.scheduled_ts - metrics.queued_ts)
             first_token_s = max(0.0, metrics.first_token_ts - metrics.queued_ts)
-        finish = (
-            completion.finish_reason if completion.finish_reason in ("stop", "length") else "abort"
-        )
         return GenerateResult(
             request_id=request.request_id,
             output_token_ids=tuple(completion.token_ids),

@@ -16,7 +16,7 @@ import re
 from typing import ClassVar
 
 from kalypso.query.context import ExecContext
-from kalypso.query.llm_ops import DEFAULT_FIRST_BOUND_TOKENS
+from kalypso.query.llm_ops import DEFAULT_FIRST_BOUND_TOKENS, positive_tokens
 from kalypso.query.operators import BlockingOperator, OperatorContract, Schema
 from kalypso.query.rows import Row
 from kalypso.query.templates import Instruction, PlanError
@@ -84,7 +84,7 @@ class SemAgg(BlockingOperator):
     ) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
         self.output_column = output_column
-        self.max_tokens = max_tokens
+        self.max_tokens = positive_tokens(max_tokens, self.kind)
 
     def output_schema(self, schema: Schema) -> Schema:
         self.instruction.check_columns(schema, operator=self.kind)

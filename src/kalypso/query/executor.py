@@ -9,7 +9,8 @@
   is still cached), and its calls carry a higher engine priority.
 
 Blocking operators are barriers under both policies. Results are ordered by tuple key
-(input order, then right-side order), so both policies return identical tables for
+(input order, then right-side order; after a blocking operator, its output order), so both
+policies return identical tables for
 identical answers.
 
 Before the first LLM call the executor checks every value that will enter a prompt
@@ -53,6 +54,8 @@ class ExecutionOptions:
             raise PlanError(f"unknown execution policy {self.policy!r}; choose from {POLICIES}")
         if self.max_tasks_in_flight < 1:
             raise PlanError("max_tasks_in_flight must be at least 1")
+        if self.max_retries < 0:
+            raise PlanError("max_retries must be at least 0")
 
 
 def precheck(physical: PhysicalPlan, rows: list[Row], ctx: ExecContext) -> None:
@@ -184,6 +187,8 @@ async def execute(
             stats.rows_in += len(rows)
             rows = await barrier.operator.apply_all(rows, ctx, barrier.op_id)  # type: ignore[attr-defined]
             stats.rows_out += len(rows)
+            # the barrier's output order is the new input order (sem_topk ranks rows)
+            rows = [Row((i,), r.values, r.pieces) for i, r in enumerate(rows)]
         if options.policy == "operator-at-a-time":
             rows = await _operator_at_a_time(pipeline.stages, rows, ctx)
         else:

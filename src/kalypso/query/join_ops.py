@@ -48,7 +48,14 @@ def _right_records(right: Any, operator: str) -> tuple[str, pd.DataFrame]:
 
 
 def _renamed_right_columns(left: Schema, right: pd.DataFrame) -> dict[str, str]:
-    return {c: (f"{c}_right" if c in left else c) for c in map(str, right.columns)}
+    renames = {c: (f"{c}_right" if c in left else c) for c in map(str, right.columns)}
+    clashes = [new for old, new in renames.items() if new != old and new in left]
+    if clashes:
+        raise PlanError(
+            f"sem_join: right columns would be renamed to {clashes}, which already exist;"
+            " rename them before joining"
+        )
+    return renames
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,10 @@ class CartesianProduct(CartesianOperator):
                 raise PlanError("sem_join index: give k, max_distance, or both")
             if index.k is not None and index.k <= 0:
                 raise PlanError(f"sem_join index: k must be positive, got {index.k}")
-            index.thresholds()  # validates the order of the thresholds
+            try:
+                index.thresholds()
+            except ValueError as exc:
+                raise PlanError(f"sem_join index: {exc}") from exc
             self._query = Instruction.parse(index.left, operator="sem_join index")
 
     @property
@@ -111,6 +121,11 @@ class CartesianProduct(CartesianOperator):
         out = (*schema, *self._renames.values())
         if self._query is not None:
             self._query.check_columns(schema, operator="sem_join index")
+            if DISTANCE_COLUMN in schema:
+                raise PlanError(
+                    f"sem_join index: {DISTANCE_COLUMN!r} already exists (from an earlier"
+                    " indexed join); drop or rename it with map() first"
+                )
             out = (*out, DISTANCE_COLUMN)
         return out
 

@@ -44,7 +44,7 @@ def _check_new_column(column: str, schema: Schema, operator: str) -> None:
 _NEGATIONS = frozenset({"no", "not", "never", "none", "neither", "nor", "cannot"})
 
 
-def _positive(value: int, operator: str) -> int:
+def positive_tokens(value: int, operator: str) -> int:
     if not isinstance(value, int) or value < 1:
         raise PlanError(f"{operator}: token bounds must be positive integers, got {value!r}")
     return value
@@ -76,7 +76,7 @@ class SemFilter(PipelinedOperator):
 
     def __init__(self, instruction: str, *, max_tokens: int = FILTER_MAX_TOKENS) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
-        self.max_tokens = _positive(max_tokens, self.kind)
+        self.max_tokens = positive_tokens(max_tokens, self.kind)
         self.task = self.instruction.task_text() + " Answer yes or no."
 
     def output_schema(self, schema: Schema) -> Schema:
@@ -124,8 +124,10 @@ class SemMap(PipelinedOperator):
     ) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
         self.output_column = output_column
-        self.max_tokens = _positive(max_tokens, self.kind)
-        self.first_bound_tokens = min(_positive(first_bound_tokens, self.kind), self.max_tokens)
+        self.max_tokens = positive_tokens(max_tokens, self.kind)
+        self.first_bound_tokens = min(
+            positive_tokens(first_bound_tokens, self.kind), self.max_tokens
+        )
         self.task = self.instruction.task_text()
 
     def output_schema(self, schema: Schema) -> Schema:
@@ -173,8 +175,10 @@ class SemExtract(PipelinedOperator):
         if not fields:
             raise PlanError("sem_extract: give at least one output field")
         self.fields = tuple(fields)
-        self.max_tokens = _positive(max_tokens, self.kind)
-        self.first_bound_tokens = min(_positive(first_bound_tokens, self.kind), self.max_tokens)
+        self.max_tokens = positive_tokens(max_tokens, self.kind)
+        self.first_bound_tokens = min(
+            positive_tokens(first_bound_tokens, self.kind), self.max_tokens
+        )
         listed = ", ".join(self.fields)
         self.task = (
             f"{self.instruction.task_text()} Answer with one line per field, written as"
@@ -248,7 +252,7 @@ class SemClassify(PipelinedOperator):
             raise PlanError(f"sem_classify: labels must differ (case-insensitively): {labels!r}")
         self.labels = tuple(cleaned)
         self.output_column = output_column
-        self.max_tokens = max_tokens
+        self.max_tokens = positive_tokens(max_tokens, self.kind)
         self.task = (
             f"{self.instruction.task_text()} Answer with exactly one of: {', '.join(self.labels)}."
         )
@@ -275,7 +279,8 @@ class SemClassify(PipelinedOperator):
                 return label
         positions = [(answer.find(label.lower()), label) for label in by_length]
         present = [(pos, label) for pos, label in positions if pos >= 0]
-        return min(present)[1] if present else None
+        # earliest match; at the same position the longer label ("pass with conditions")
+        return min(present, key=lambda p: (p[0], -len(p[1])))[1] if present else None
 
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
         result = await ctx.complete(

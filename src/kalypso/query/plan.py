@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -150,7 +151,10 @@ class Table:
         **kwargs: Any,
     ) -> Table:
         """Cartesian product with ``right`` (or its index candidates), then a predicate."""
-        thresholds = index.thresholds() if index is not None else None
+        try:
+            thresholds = index.thresholds() if index is not None else None
+        except ValueError as exc:
+            raise PlanError(f"sem_join index: {exc}") from exc
         return self.apply(
             CartesianProduct(right, index),
             JoinPredicate(instruction, thresholds=thresholds, **kwargs),
@@ -189,7 +193,7 @@ class Table:
         max_tasks_in_flight: int = 8,
         max_retries: int = 2,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-        query_id: str = "q",
+        query_id: str | None = None,
     ) -> QueryResult:
         """Run the plan on ``engine`` (async). See :meth:`run`."""
         options = ExecutionOptions(policy, max_tasks_in_flight, max_retries)
@@ -198,7 +202,7 @@ class Table:
             engine,
             PromptLayout(engine.tokenizer, system_prompt),
             max_retries=max_retries,
-            query_id=query_id,
+            query_id=query_id or f"q{uuid.uuid4().hex[:8]}",
         )
         for planned in physical.operators():
             ctx.stats_for(planned.op_id)

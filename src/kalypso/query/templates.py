@@ -85,6 +85,8 @@ def value_to_text(value: Any, column: str, row: object = None) -> str:
         return "; ".join(value_to_text(v, column, row) for v in value)
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True, default=str)
+    if hasattr(value, "tolist") and getattr(value, "ndim", 0) > 0:  # numpy arrays
+        return value_to_text(value.tolist(), column, row)
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
         return value_to_text(value.item(), column, row)
     raise PlanError(f"{where}: values of type {type(value).__name__} cannot be put in a prompt")
