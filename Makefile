@@ -22,12 +22,12 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/kalypso demo
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest -q -rs
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check -q src tests
+	$(BIN)/ruff format -q --check src tests
 	$(BIN)/mypy
 
 clean-venv:
