@@ -85,7 +85,8 @@ def test_profiles() -> None:
     assert set(PROFILES) == {"smollm2-cpu", "llama-3.3-70b-4xgpu"}
     smol = get_profile("smollm2-cpu")
     assert CALIBRATION_NOTE in smol.notes
-    assert smol.step_time_s(prefill_tokens=600, decode_seqs=0) == pytest.approx(1.01)
+    assert smol.step_time_s(prefill_tokens=600, decode_seqs=0) == pytest.approx(0.558)
+    assert smol.step_time_s(prefill_tokens=0, decode_seqs=2) == pytest.approx(0.0318)
     llama = get_profile("llama-3.3-70b-4xgpu")
     assert llama.capacity.block_size_tokens == 16
     assert llama.capacity.total_tokens == 448_000

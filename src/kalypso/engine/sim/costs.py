@@ -10,9 +10,11 @@ requests) and one token for each decoding request. Its duration on the virtual c
 Two named profiles are registered in :data:`PROFILES`:
 
 ``"smollm2-cpu"``
-    SmolLM2-135M-Instruct on vLLM's CPU backend with 2 cores. The step costs are
-    placeholders until calibrated (about 600 prefill tokens/s, 10 ms per step, 4 ms per
-    decoding sequence). The capacity is what vLLM allocates with Kalypso's default KV
+    SmolLM2-135M-Instruct on vLLM's CPU backend with 2 cores, measured on 2026-11-29 with
+    ``python -m kalypso.engine.sim.calibrate`` (one request at a time, empty cache):
+    prefill of 128-1,536 tokens fits 0.93 ms per token (about 1,070 tokens/s; the fitted
+    intercept was slightly negative and is clamped to 0), and decoding one sequence
+    takes 15.9 ms per token. The capacity is what vLLM allocates with Kalypso's default KV
     cache of 256 MiB: SmolLM2-135M keeps 2 (K, V) x 30 layers x 3 KV heads x 64 dims x
     2 bytes (bf16) = 23,040 bytes per token; vLLM's CPU backend uses 128-token blocks by
     default (vLLM 0.32 ``CpuPlatform.check_and_update_config``), so 256 MiB holds
@@ -48,7 +50,7 @@ from dataclasses import dataclass
 
 from kalypso.engine.protocol import EngineCapacity
 
-CALIBRATION_NOTE = "placeholders until calibrated; see kalypso.engine.sim.calibrate"
+CALIBRATION_NOTE = "measured with `python -m kalypso.engine.sim.calibrate` on 2026-11-29"
 
 GENERIC_CAPACITY = EngineCapacity(num_blocks=1024, block_size_tokens=16, max_model_len_tokens=8192)
 """Default capacity of an ad-hoc profile (SimEngine's arguments override it)."""
@@ -91,9 +93,9 @@ class CostProfile:
 
 SMOLLM2_CPU = CostProfile(
     name="smollm2-cpu",
-    per_step_s=0.01,
-    per_prefill_token_s=1 / 600,
-    per_decode_token_s=0.004,
+    per_step_s=0.0,
+    per_prefill_token_s=0.00093,
+    per_decode_token_s=0.0159,
     notes=(
         f"SmolLM2-135M on vLLM CPU, 2 cores; step costs are {CALIBRATION_NOTE}."
         " Capacity: 256 MiB of KV cache at 23,040 bytes per token in 128-token blocks."
