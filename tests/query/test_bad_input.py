@@ -337,11 +337,6 @@ async def test_missing_value_in_a_column_used_only_by_a_later_operator(
     await assert_untouched(engine)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="executor.precheck checks only source-table columns; a None in the right table "
-    "of a join surfaces from Row.piece in the middle of the run, after the first-stage calls",
-)
 async def test_missing_value_in_the_right_table_fails_before_any_call(
     make_engine: EngineFactory,
 ) -> None:
@@ -357,11 +352,6 @@ async def test_missing_value_in_the_right_table_fails_before_any_call(
     await assert_untouched(engine)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SemTopK/SemAgg do not implement prompt_parts(), so executor.precheck skips the "
-    "columns they reference; a None there fails mid-run after the first pipeline's calls",
-)
 @pytest.mark.parametrize("blocking", ["sem_topk", "sem_agg"])
 async def test_missing_value_used_by_a_blocking_operator_fails_before_any_call(
     make_engine: EngineFactory, blocking: str

@@ -47,6 +47,9 @@ class SemTopK(BlockingOperator):
     def describe(self) -> str:
         return f"sem_topk k={self.k} {self.instruction.text!r}"
 
+    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
+        return self.instruction.columns, self.task
+
     def max_output_tokens(self) -> int:
         return 4
 
@@ -92,6 +95,10 @@ class SemAgg(BlockingOperator):
 
     def describe(self) -> str:
         return f"sem_agg {self.instruction.text!r} -> {self.output_column}"
+
+    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
+        # the columns whose values enter the packed prompt (checked before the run)
+        return self.instruction.columns, self.instruction.task_text()
 
     def max_output_tokens(self) -> int:
         return self.max_tokens

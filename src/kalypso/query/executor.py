@@ -64,7 +64,10 @@ def precheck(physical: PhysicalPlan, rows: list[Row], ctx: ExecContext) -> None:
     source_columns = set(rows[0].values) if rows else set()
     limit = ctx.engine.capacity.max_model_len_tokens
     first_stage = physical.pipelines[0].stages[0].operators
+    right_values: dict[str, list[object]] = {}  # right-table columns joined so far
     for planned in physical.operators():
+        if isinstance(planned.operator, CartesianOperator):
+            right_values.update(planned.operator.right_columns())
         parts = planned.operator.prompt_parts()
         if parts is None:
             continue
@@ -73,6 +76,9 @@ def precheck(physical: PhysicalPlan, rows: list[Row], ctx: ExecContext) -> None:
             if column in source_columns:
                 for row in rows:
                     value_to_text(row.values[column], column, row.key)
+            elif column in right_values:
+                for position, value in enumerate(right_values[column]):
+                    value_to_text(value, column, f"right row {position}")
         if planned in first_stage and all(c in source_columns for c in columns):
             bound = planned.operator.max_output_tokens()
             for row in rows:

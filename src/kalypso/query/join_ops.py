@@ -138,6 +138,9 @@ class CartesianProduct(CartesianOperator):
             f" on {ix.right_column} k={ix.k} max_distance={ix.max_distance}"
         )
 
+    def right_columns(self) -> dict[str, list[Any]]:
+        return {new: list(self._right[old]) for old, new in self._renames.items()}
+
     def _right_values(self, j: int) -> dict[str, Any]:
         record = self._right.iloc[j]
         return {new: record[old] for old, new in self._renames.items()}

@@ -128,6 +128,11 @@ class CartesianOperator(Operator):
     def right_rows(self) -> int:
         """Rows in the right-side table."""
 
+    def right_columns(self) -> dict[str, list[Any]]:
+        """The right-side columns (as named in the output) and their values, so values
+        can be checked before the run; empty when the operator cannot list them."""
+        return {}
+
 
 OperatorFactory = Callable[..., Operator]
 _REGISTRY: dict[str, OperatorFactory] = {}
