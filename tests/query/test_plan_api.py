@@ -300,7 +300,7 @@ async def test_query_result_totals_are_the_sums_of_operator_stats(
 def test_synchronous_run_matches_arun() -> None:
     plan = kalypso.table(docs()).sem_filter("Does the {text} mention the battery?")
     sync = plan.run(SimEngine(num_blocks=64, block_size_tokens=16))
-    assert sync.policy == "pipelined"
+    assert sync.policy == "adaptive"
     assert list(sync.frame.columns) == ["doc_id", "text"]
     assert sync.llm_calls == len(docs())
     # a second engine on a second event loop gives the same answers

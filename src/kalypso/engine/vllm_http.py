@@ -7,7 +7,13 @@
   ``block_size``) and ``max_model_len`` from ``/v1/models``;
 * live stats: the ``/metrics`` counters and gauges;
 * tokenizer: the model's own, loaded locally when the server's model folder is on this
-  machine, else the server's ``/tokenize`` and ``/detokenize`` endpoints.
+  machine, else the server's ``/tokenize`` and ``/detokenize`` endpoints;
+* explicit pinning, when the server runs Kalypso's pinning scheduler
+  (``--scheduler-cls kalypso.engine.vllm_pinning.PinningScheduler``, which
+  ``VLLMServer.start(VLLMSettings(scheduler_cls=PINNING_SCHEDULER_CLS))`` passes) and the
+  client says so (``connect(url, pinning=True)``, checked at connect): the pin key and the
+  control requests of :meth:`HTTPVLLMEngine.unpin` and :meth:`HTTPVLLMEngine.unpin_all`
+  travel in the completions body's ``vllm_xargs``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,14 @@ from kalypso.engine.protocol import (
     UnsupportedFeatureError,
     as_finish_reason,
     check_fits_context,
+)
+from kalypso.engine.vllm_pinning import (
+    PIN_ARG,
+    PING_ARG,
+    PINNING_SCHEDULER_CLS,
+    UNPIN_ALL_ARG,
+    UNPIN_ARG,
+    parse_control_stop_reason,
 )
 
 
@@ -83,26 +97,38 @@ class HTTPVLLMEngine:
         model: str,
         capacity: EngineCapacity,
         tokenizer: Tokenizer,
+        pinning: bool = False,
     ) -> None:
         self._client = client
         self._base_url = base_url
         self._model = model
         self._capacity = capacity
         self._tokenizer = tokenizer
+        self._pinning = pinning
         self._closed = False
 
     @classmethod
     async def connect(
-        cls, base_url: str, model: str | None = None, *, timeout_s: float = 600.0
+        cls,
+        base_url: str,
+        model: str | None = None,
+        *,
+        timeout_s: float = 600.0,
+        pinning: bool = False,
     ) -> HTTPVLLMEngine:
         """Connect to the server at ``base_url`` (for example ``http://127.0.0.1:8000``).
 
         Args:
             model: the served model name; default: the only model the server serves.
+            pinning: use explicit pinning; the server must run Kalypso's pinning
+                scheduler, which is checked here with one control request (answered
+                without running the model). When false (the default) nothing is sent,
+                and pin keys are rejected with ``UnsupportedFeatureError``.
 
         Raises:
             EngineError: the server is unreachable (naming the URL), serves no model of
-                that name (naming the served ones), or lacks the metrics Kalypso needs.
+                that name (naming the served ones), lacks the metrics Kalypso needs, or
+                (with ``pinning=True``) does not run the pinning scheduler.
         """
         base_url = base_url.rstrip("/").removesuffix("/v1")
         client = httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
@@ -120,10 +146,13 @@ class HTTPVLLMEngine:
                 client, base_url, int(card.get("max_model_len") or 0)
             )
             tokenizer = cls._tokenizer_for(base_url, model, str(card.get("root") or ""))
+            engine = cls(client, base_url, model, capacity, tokenizer, pinning)
+            if pinning:
+                await engine._control({PING_ARG: 1})
         except BaseException:
             await client.aclose()
             raise
-        return cls(client, base_url, model, capacity, tokenizer)
+        return engine
 
     @staticmethod
     async def _served_models(client: httpx.AsyncClient, base_url: str) -> list[dict[str, Any]]:
@@ -177,14 +206,17 @@ class HTTPVLLMEngine:
 
     @property
     def supports_pinning(self) -> bool:
-        return False
+        """True when connected with ``pinning=True`` (the server's scheduler was checked)."""
+        return self._pinning
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         self._check_open()
         check_fits_context(request, self._capacity)
-        if request.pin_key is not None:
+        if request.pin_key is not None and not self._pinning:
             raise UnsupportedFeatureError(
-                f"request {request.request_id!r} asks for pinning, which this engine lacks"
+                f"request {request.request_id!r} asks for pinning; connect with"
+                f" pinning=True to a server started with --scheduler-cls"
+                f" {PINNING_SCHEDULER_CLS}"
             )
         body: dict[str, Any] = {
             "model": self._model,
@@ -197,6 +229,8 @@ class HTTPVLLMEngine:
         }
         if request.stop:
             body["stop"] = list(request.stop)
+        if request.pin_key is not None:
+            body["vllm_xargs"] = {PIN_ARG: request.pin_key}
         loop_time = time.monotonic()
         try:
             response = await self._client.post("/v1/completions", json=body)
@@ -253,9 +287,59 @@ class HTTPVLLMEngine:
             )
         if response.status_code != 200:
             raise EngineError(f"{self._base_url}/reset_prefix_cache: HTTP {response.status_code}")
+        if response.json().get("success") is False:
+            pins = " or blocks pinned (unpin_all() first)" if self._pinning else ""
+            raise EngineError(
+                f"{self._base_url} refused to reset its prefix cache (requests still running{pins})"
+            )
 
     async def unpin(self, pin_key: str) -> None:
-        raise UnsupportedFeatureError("this engine has no explicit pinning")
+        """Release the blocks pinned under ``pin_key`` (no-op for an unknown key); they
+        stay cached, evictable like any free block.
+
+        Raises:
+            UnsupportedFeatureError: not connected with ``pinning=True``.
+        """
+        await self._control({UNPIN_ARG: pin_key})
+
+    async def unpin_all(self) -> None:
+        """Release every pin (for example to recover from a cache filled with pins).
+
+        Raises:
+            UnsupportedFeatureError: not connected with ``pinning=True``.
+        """
+        await self._control({UNPIN_ALL_ARG: 1})
+
+    async def _control(self, xargs: dict[str, Any]) -> int:
+        """Send a control request to the pinning scheduler; returns the block references
+        it released. It is answered after the next engine step, without being queued."""
+        self._check_open()
+        if not self._pinning:
+            raise UnsupportedFeatureError(
+                "this engine has no explicit pinning; connect with pinning=True to a"
+                f" server started with --scheduler-cls {PINNING_SCHEDULER_CLS}"
+            )
+        body = {"model": self._model, "prompt": [0], "max_tokens": 1, "vllm_xargs": xargs}
+        try:
+            response = await self._client.post("/v1/completions", json=body)
+        except httpx.HTTPError as exc:
+            raise EngineError(
+                f"a pinning control request to {self._base_url} failed: {exc!r}"
+            ) from exc
+        if response.status_code != 200:
+            raise EngineError(
+                f"a pinning control request: {self._base_url} answered HTTP"
+                f" {response.status_code}: {response.text[:500]}"
+            )
+        choices = response.json().get("choices") or [{}]
+        stop_reason = choices[0].get("stop_reason")
+        released = parse_control_stop_reason(stop_reason)
+        if released is None:
+            raise EngineError(
+                f"{self._base_url} did not handle a pinning control request (stop reason"
+                f" {stop_reason!r}); start it with --scheduler-cls {PINNING_SCHEDULER_CLS}"
+            )
+        return released
 
     async def close(self) -> None:
         if not self._closed:

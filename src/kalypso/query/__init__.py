@@ -1,7 +1,7 @@
 """Semantic query plans: the API, the operator contract, the planner and the executor."""
 
 from kalypso.query.blocking_ops import SemAgg, SemTopK
-from kalypso.query.executor import POLICIES, ExecutionOptions
+from kalypso.query.executor import ExecutionOptions
 from kalypso.query.join_ops import CartesianProduct, IndexJoin, JoinPredicate
 from kalypso.query.llm_ops import SemClassify, SemExtract, SemFilter, SemMap
 from kalypso.query.operators import (
@@ -16,6 +16,7 @@ from kalypso.query.operators import (
 from kalypso.query.plan import QueryResult, Table, table
 from kalypso.query.python_ops import IndexSearch, PyFilter, PyMap
 from kalypso.query.templates import PlanError
+from kalypso.scheduler.policies import POLICY_NAMES as POLICIES
 
 for _name, _factory in (
     ("sem_filter", SemFilter),

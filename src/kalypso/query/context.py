@@ -9,23 +9,61 @@ bound, at most ``max_retries`` times), and records every call in the operator's 
 from __future__ import annotations
 
 import itertools
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from kalypso.engine.protocol import Engine, GenerateRequest, GenerateResult
 from kalypso.prompts import PromptLayout
 from kalypso.query.rows import Row
 from kalypso.query.stats import OperatorStats
+from kalypso.scheduler.estimator import TokenBoundEstimator
+
+
+class BoundExceeded(Exception):
+    """A call stopped at a token bound below its operator's cap; raised instead of an
+    inline retry when a scheduler owns retries (it re-reserves memory and re-enqueues)."""
+
+    def __init__(self, op_id: str, bound_tokens: int, cap_tokens: int) -> None:
+        super().__init__(f"{op_id}: answer reached its bound of {bound_tokens} tokens")
+        self.op_id = op_id
+        self.bound_tokens = bound_tokens
+        self.cap_tokens = cap_tokens
+
+
+def retry_bound(bound_tokens: int, cap_tokens: int, *, retries_done: int, max_retries: int) -> int:
+    """The bound after a call stopped at ``bound_tokens``: doubled, or the cap once
+    ``retries_done`` reaches ``max_retries``."""
+    if retries_done >= max_retries:
+        return cap_tokens
+    return min(2 * bound_tokens, cap_tokens)
+
+
+_BOUND_OVERRIDES: ContextVar[dict[str, int] | None] = ContextVar("kalypso_bounds", default=None)
+
+
+def set_bound_overrides(bounds: dict[str, int] | None) -> None:
+    """Per-task output bounds (operator id -> tokens) for calls made in this asyncio task."""
+    _BOUND_OVERRIDES.set(bounds)
 
 
 @dataclass
 class ExecContext:
-    """Per-query execution state (no globals: two queries on one engine do not clash)."""
+    """Per-query execution state (no globals: two queries on one engine do not clash).
+
+    Attributes:
+        estimator: online output bounds for generative operators (None: their own).
+        inline_retries: re-issue a call that hit its bound here (operator-at-a-time);
+            when false, raise :class:`BoundExceeded` for the scheduler to handle.
+        priority_by_stage: engine priority for calls of tasks in each stage.
+    """
 
     engine: Engine
     layout: PromptLayout
     stats: dict[str, OperatorStats] = field(default_factory=dict)
     max_retries: int = 2
     query_id: str = "q"
+    estimator: TokenBoundEstimator | None = None
+    inline_retries: bool = True
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def stats_for(self, op_id: str) -> OperatorStats:
@@ -34,6 +72,37 @@ class ExecContext:
     def prompt_for(self, row: Row, columns: tuple[str, ...], task: str) -> tuple[int, ...]:
         context = row.context_ids(columns, self.engine.tokenizer)
         return self.layout.prompt_ids(self.layout.prefix_ids(context), task)
+
+    def first_bound(
+        self, op_id: str, prompt_tokens: int, max_tokens: int, first_bound_tokens: int | None
+    ) -> int:
+        """The bound the next call of ``op_id`` starts with: a per-task override (after a
+        retry), else the estimator's (generative operators), else the operator's own."""
+        overrides = _BOUND_OVERRIDES.get()
+        if overrides and op_id in overrides:
+            return min(overrides[op_id], max_tokens)
+        if first_bound_tokens is None:
+            return max_tokens
+        if self.estimator is not None:
+            return self.estimator.bound(
+                op_id, prompt_tokens, default_tokens=first_bound_tokens, cap_tokens=max_tokens
+            )
+        return min(first_bound_tokens, max_tokens)
+
+    def expected_cached_tokens(self, row: Row, prompt: tuple[int, ...]) -> int:
+        """Tokens of ``prompt`` the engine should find cached: the full blocks it shares
+        with the tuple's previous prompt (capped as vLLM caps hits: the last prompt token
+        is always computed)."""
+        previous = row.last_prompt
+        if not previous:
+            return 0
+        shared = 0
+        for a, b in zip(previous, prompt, strict=False):
+            if a != b:
+                break
+            shared += 1
+        block = self.engine.capacity.block_size_tokens
+        return min(shared // block, (len(prompt) - 1) // block) * block
 
     async def complete(
         self,
@@ -48,16 +117,20 @@ class ExecContext:
     ) -> GenerateResult:
         """One LLM call for operator ``op_id`` on ``row``.
 
-        The call is first issued with ``first_bound_tokens`` (default: ``max_tokens``).
-        When the answer stops at that bound and the bound is below the operator's hard
-        cap ``max_tokens``, the call is re-issued with twice the bound (capped), at most
-        ``max_retries`` times; each re-issue counts in ``retries``. The last answer is
-        returned either way: an answer cut at ``max_tokens`` is what the user asked for.
+        ``max_tokens`` is the operator's hard cap. Operators that give
+        ``first_bound_tokens`` (generative ones) start below it (:meth:`first_bound`);
+        when an answer stops at a bound below the cap, the call is re-issued with twice
+        the bound (capped), at most ``max_retries`` times, each counted in ``retries`` -
+        or, without ``inline_retries``, :class:`BoundExceeded` is raised. An answer cut
+        at ``max_tokens`` is what the user asked for and is returned.
+
+        Every call updates the operator's statistics, including whether the prefix the
+        tuple's previous call left in the cache was still there (``lost_prefixes``).
         """
         stats = self.stats_for(op_id)
         prompt = self.prompt_for(row, columns, task)
-        bound = min(first_bound_tokens or max_tokens, max_tokens)
-        for attempt in range(self.max_retries + 1):
+        bound = self.first_bound(op_id, len(prompt), max_tokens, first_bound_tokens)
+        for attempt in range(self.max_retries + 2):
             row_key = ".".join(map(str, row.key))
             request = GenerateRequest(
                 request_id=f"{self.query_id}:{op_id}:{row_key}:{next(self._ids)}",
@@ -65,11 +138,18 @@ class ExecContext:
                 max_tokens=bound,
                 priority=priority,
             )
+            expected = self.expected_cached_tokens(row, prompt)
             result = await self.engine.generate(request)
-            stats.record(result)
+            row.last_prompt = prompt
+            stats.record(result, expected_cached_tokens=expected)
+            if self.estimator is not None and first_bound_tokens is not None:
+                self.estimator.observe(op_id, result.prompt_tokens, result.output_tokens)
             if result.finish_reason != "length" or bound >= max_tokens:
                 return result
-            if attempt < self.max_retries:
-                stats.retries += 1
-                bound = min(2 * bound, max_tokens)
-        return result
+            if not self.inline_retries:
+                raise BoundExceeded(op_id, bound, max_tokens)
+            stats.retries += 1
+            bound = retry_bound(
+                bound, max_tokens, retries_done=attempt + 1, max_retries=self.max_retries
+            )
+        raise AssertionError("unreachable: the last attempt runs at the cap")

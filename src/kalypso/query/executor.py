@@ -3,10 +3,10 @@
 * ``operator-at-a-time`` (the baseline; what Lotus-style systems do): each operator runs
   on every tuple (all calls submitted together) and its output is materialized before
   the next operator starts.
-* ``pipelined``: tasks (one stage on one tuple) flow through the stages as soon as their
-  input exists, at most ``max_tasks_in_flight`` at a time; when a slot frees, the deepest
-  stage with waiting tasks goes first (so a tuple's dependent work runs while its prefix
-  is still cached), and its calls carry a higher engine priority.
+* every other policy (``adaptive``/``pipelined`` by default, and the baselines of
+  :mod:`kalypso.scheduler.policies`): tasks (one stage on one tuple) flow through the
+  stages under :class:`kalypso.scheduler.pipeline.PipelineScheduler`, admitted by KV
+  memory budgets (Algorithm 1).
 
 Blocking operators are barriers under both policies. Results are ordered by tuple key
 (input order, then right-side order; after a blocking operator, its output order), so both
@@ -22,17 +22,22 @@ engine layer before they are sent.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from kalypso.query.context import ExecContext
 from kalypso.query.operators import CartesianOperator
 from kalypso.query.planner import PhysicalPlan, PlannedOperator, Stage
 from kalypso.query.rows import Row
 from kalypso.query.templates import PlanError, value_to_text
-
-POLICIES = ("operator-at-a-time", "pipelined")
+from kalypso.scheduler.memory import KVLedger
+from kalypso.scheduler.pipeline import (
+    PipelineReport,
+    PipelineScheduler,
+    SchedulerSettings,
+    StageView,
+)
+from kalypso.scheduler.policies import parse_policy
 
 
 @dataclass(frozen=True)
@@ -40,20 +45,25 @@ class ExecutionOptions:
     """How to run a plan.
 
     Attributes:
-        policy: one of :data:`POLICIES`.
-        max_tasks_in_flight: cap on concurrent tasks for ``pipelined``.
-        max_retries: re-issues of a call whose answer hit its token bound.
+        policy: a name from :data:`kalypso.scheduler.policies.POLICY_NAMES`.
+        max_tasks_in_flight: optional cap on tasks running at once (budget policies).
+        max_retries: re-issues of a call that hit its token bound (operator-at-a-time;
+            the scheduler re-enqueues until the operator's cap instead).
+        alpha, beta: Algorithm 1's saturation and starvation thresholds.
     """
 
-    policy: str = "pipelined"
-    max_tasks_in_flight: int = 8
+    policy: str = "adaptive"
+    max_tasks_in_flight: int | None = None
     max_retries: int = 2
+    alpha: float = 1.0
+    beta: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise PlanError(f"unknown execution policy {self.policy!r}; choose from {POLICIES}")
-        if self.max_tasks_in_flight < 1:
+        parse_policy(self.policy)  # raises PlanError for unknown names
+        if self.max_tasks_in_flight is not None and self.max_tasks_in_flight < 1:
             raise PlanError("max_tasks_in_flight must be at least 1")
+        if not 0 < self.beta < self.alpha:
+            raise PlanError("need 0 < beta < alpha")
         if self.max_retries < 0:
             raise PlanError("max_retries must be at least 0")
 
@@ -136,56 +146,26 @@ async def _operator_at_a_time(
     return rows
 
 
-async def _pipelined(
-    stages: tuple[Stage, ...], rows: list[Row], ctx: ExecContext, max_in_flight: int
-) -> list[Row]:
-    waiting: list[deque[Row]] = [deque() for _ in stages]
-    waiting[0].extend(rows if stages[0].product is None else _expand(stages[0].product, rows, ctx))
-    running: dict[asyncio.Task[Row | None], int] = {}
-    outputs: list[Row] = []
-
-    async def run_task(stage: Stage, row: Row, priority: int) -> Row | None:
-        current: Row | None = row
-        for planned in stage.operators:
-            if current is None:
-                break
-            current = await _apply(planned, current, ctx, priority)
-        return current
-
-    try:
-        while running or any(waiting):
-            while len(running) < max_in_flight:
-                index = next((i for i in reversed(range(len(stages))) if waiting[i]), None)
-                if index is None:
-                    break
-                row = waiting[index].popleft()
-                priority = len(stages) - 1 - index  # deeper stages first (lower is earlier)
-                task = asyncio.ensure_future(run_task(stages[index], row, priority))
-                running[task] = index
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                index = running.pop(task)
-                result = task.result()
-                if result is None:
-                    continue
-                if index + 1 < len(stages):
-                    product = stages[index + 1].product
-                    assert product is not None
-                    waiting[index + 1].extend(_expand(product, [result], ctx))
-                else:
-                    outputs.append(result)
-    finally:
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
-    return sorted(outputs, key=lambda r: r.key)
-
-
 async def execute(
-    physical: PhysicalPlan, rows: list[Row], ctx: ExecContext, options: ExecutionOptions
-) -> list[Row]:
-    """Run every pipeline in order; returns the output tuples ordered by key."""
+    physical: PhysicalPlan,
+    rows: list[Row],
+    ctx: ExecContext,
+    options: ExecutionOptions,
+    ledger: KVLedger | None = None,
+    on_update: Callable[[int, list[StageView]], None] | None = None,
+) -> tuple[list[Row], list[PipelineReport]]:
+    """Run every pipeline in order; returns the output tuples and one report per pipeline
+    run by the scheduler. ``ledger`` is shared by the queries running on one engine."""
     precheck(physical, rows, ctx)
+    policy = parse_policy(options.policy)
+    if policy is not None and options.max_tasks_in_flight is not None:
+        cap = min(
+            policy.max_running_tasks or options.max_tasks_in_flight, options.max_tasks_in_flight
+        )
+        policy = replace(policy, max_running_tasks=cap)
+    ledger = ledger or KVLedger(ctx.engine.capacity.num_blocks)
+    ctx.inline_retries = policy is None
+    reports: list[PipelineReport] = []
     for pipeline in physical.pipelines:
         if pipeline.barrier is not None:
             barrier = pipeline.barrier
@@ -195,8 +175,17 @@ async def execute(
             stats.rows_out += len(rows)
             # the barrier's output order is the new input order (sem_topk ranks rows)
             rows = [Row((i,), r.values, r.pieces) for i, r in enumerate(rows)]
-        if options.policy == "operator-at-a-time":
+        if policy is None:
             rows = await _operator_at_a_time(pipeline.stages, rows, ctx)
-        else:
-            rows = await _pipelined(pipeline.stages, rows, ctx, options.max_tasks_in_flight)
-    return rows
+            continue
+        settings = SchedulerSettings(alpha=options.alpha, beta=options.beta)
+        number = pipeline.number
+
+        def update(views: list[StageView], number: int = number) -> None:
+            if on_update is not None:
+                on_update(number, views)
+
+        scheduler = PipelineScheduler(pipeline.stages, ctx, ledger, policy, settings, update)
+        rows = await scheduler.run(rows)
+        reports.append(scheduler.report)
+    return rows, reports

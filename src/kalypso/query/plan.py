@@ -39,6 +39,10 @@ from kalypso.query.python_ops import IndexSearch, PyFilter, PyMap
 from kalypso.query.rows import Row
 from kalypso.query.stats import OperatorStats, stats_frame
 from kalypso.query.templates import PlanError
+from kalypso.scheduler.estimator import TokenBoundEstimator
+from kalypso.scheduler.memory import KVLedger
+from kalypso.scheduler.pipeline import PipelineReport
+from kalypso.scheduler.progress import ProgressView
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class QueryResult:
     engine: str
     time_s: float
     operator_stats: tuple[OperatorStats, ...]
+    pipeline_reports: tuple[PipelineReport, ...] = ()
+    """Scheduler reports (admission order, budget moves, peak KV) per pipeline."""
 
     @property
     def llm_calls(self) -> int:
@@ -71,6 +77,33 @@ class QueryResult:
     @property
     def retries(self) -> int:
         return sum(s.retries for s in self.operator_stats)
+
+    @property
+    def lost_prefixes(self) -> int:
+        """Dependent calls that did not find the prefix their tuple's previous call left."""
+        return sum(s.lost_prefixes for s in self.operator_stats)
+
+    @property
+    def dependent_hit_rate(self) -> float:
+        """Cached tokens found / expected over dependent calls (1.0 when there are none)."""
+        expected = sum(s.expected_prefix_tokens for s in self.operator_stats)
+        found = sum(s.found_prefix_tokens for s in self.operator_stats)
+        return found / expected if expected else 1.0
+
+    @property
+    def peak_reserved_blocks(self) -> int:
+        return max((r.peak_reserved_blocks for r in self.pipeline_reports), default=0)
+
+    def report(self) -> str:
+        """A short per-query report."""
+        return (
+            f"{self.policy} on {self.engine}: {self.time_s:.2f} s, {self.llm_calls} calls,"
+            f" {self.prompt_tokens} prompt tokens, {self.cached_tokens} cached,"
+            f" {self.prefill_tokens} computed, {self.retries} retries,"
+            f" {self.lost_prefixes} needed prefixes lost"
+            f" (dependent hit rate {self.dependent_hit_rate:.2f}),"
+            f" peak KV reserved {self.peak_reserved_blocks} blocks"
+        )
 
 
 def _as_frame(data: pd.DataFrame | Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -189,46 +222,54 @@ class Table:
         self,
         engine: Engine,
         *,
-        policy: str = "pipelined",
-        max_tasks_in_flight: int = 8,
+        policy: str = "adaptive",
+        max_tasks_in_flight: int | None = None,
         max_retries: int = 2,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         query_id: str | None = None,
+        ledger: KVLedger | None = None,
+        progress: bool = False,
+        alpha: float = 1.0,
+        beta: float = 0.5,
     ) -> QueryResult:
         """Run the plan on ``engine`` (async). See :meth:`run`."""
-        options = ExecutionOptions(policy, max_tasks_in_flight, max_retries)
+        options = ExecutionOptions(policy, max_tasks_in_flight, max_retries, alpha, beta)
         physical = self.physical_plan()
         ctx = ExecContext(
-            engine,
-            PromptLayout(engine.tokenizer, system_prompt),
-            max_retries=max_retries,
-            query_id=query_id or f"q{uuid.uuid4().hex[:8]}",
-        )
+            engine, PromptLayout(engine.tokenizer, system_prompt), max_retries=max_retries,
+            query_id=query_id or f"q{uuid.uuid4().hex[:8]}", estimator=TokenBoundEstimator(),
+        )  # fmt: skip
         for planned in physical.operators():
             ctx.stats_for(planned.op_id)
         records = self._source.to_dict("records")
         rows = [Row((i,), {str(k): v for k, v in r.items()}) for i, r in enumerate(records)]
         started = time.monotonic()
-        out_rows = await execute(physical, rows, ctx, options)
+        with ProgressView(physical, enabled=progress) as view:
+            out_rows, reports = await execute(
+                physical, rows, ctx, options, ledger=ledger, on_update=view.update
+            )
         elapsed_s = time.monotonic() - started
         frame = pd.DataFrame([r.values for r in out_rows], columns=list(physical.output_schema))
         operator_stats = tuple(ctx.stats.values())
         return QueryResult(
-            frame=frame,
-            stats=stats_frame(list(operator_stats)),
-            policy=policy,
-            engine=engine.name,
-            time_s=elapsed_s,
-            operator_stats=operator_stats,
-        )
+            frame=frame, stats=stats_frame(list(operator_stats)), policy=policy,
+            engine=engine.name, time_s=elapsed_s, operator_stats=operator_stats,
+            pipeline_reports=tuple(reports),
+        )  # fmt: skip
 
     def run(self, engine: Engine, **kwargs: Any) -> QueryResult:
         """Run the plan on ``engine`` and return the output table with statistics.
 
         Args:
-            policy: ``"pipelined"`` (default) or ``"operator-at-a-time"``.
-            max_tasks_in_flight: cap on concurrent tasks (pipelined).
-            max_retries: re-issues of a call that hit its token bound.
+            policy: ``"adaptive"`` (default; alias ``"pipelined"``), ``"parallel-dfs"``,
+                ``"parallel-bfs"``, ``"static:R"``, ``"sequential"`` or
+                ``"operator-at-a-time"`` (see :mod:`kalypso.scheduler.policies`).
+            max_tasks_in_flight: optional cap on tasks running at once.
+            max_retries: re-issues of a call that hit its token bound (operator-at-a-time).
+            ledger: share one :class:`~kalypso.scheduler.memory.KVLedger` between queries
+                running at once on the same engine (default: one for this query).
+            progress: show a live per-stage view while running.
+            alpha, beta: Algorithm 1's thresholds.
 
         Raises:
             PlanError: before any LLM call, for values that cannot enter a prompt or

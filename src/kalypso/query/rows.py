@@ -29,6 +29,9 @@ class Row:
     key: RowKey
     values: dict[str, Any]
     pieces: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    last_prompt: tuple[int, ...] | None = None
+    """The last prompt sent for this tuple (or its parent): the prefix the next call on it
+    expects to find in the KV cache."""
 
     def piece(self, column: str, tokenizer: Tokenizer) -> tuple[int, ...]:
         ids = self.pieces.get(column)
@@ -50,8 +53,9 @@ class Row:
     def with_value(self, column: str, value: Any) -> Row:
         """A copy with ``column`` set (appended if new); its memoized piece is dropped."""
         pieces = {c: p for c, p in self.pieces.items() if c != column}
-        return Row(self.key, {**self.values, column: value}, pieces)
+        return Row(self.key, {**self.values, column: value}, pieces, self.last_prompt)
 
     def child(self, right_index: int, right_values: dict[str, Any]) -> Row:
         """The pair (this row, right row ``right_index``); shares this row's pieces."""
-        return Row((*self.key, right_index), {**self.values, **right_values}, dict(self.pieces))
+        values = {**self.values, **right_values}
+        return Row((*self.key, right_index), values, dict(self.pieces), self.last_prompt)

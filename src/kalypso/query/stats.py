@@ -28,16 +28,30 @@ class OperatorStats:
     retries: int = 0
     unparsed: int = 0
     llm_time_s: float = 0.0
+    dependent_calls: int = 0
+    """Calls on a tuple whose previous call left a prefix they should reuse."""
+    expected_prefix_tokens: int = 0
+    """Full-block tokens those calls should have found cached."""
+    found_prefix_tokens: int = 0
+    """Of those, the tokens the engine reported cached."""
+    lost_prefixes: int = 0
+    """Dependent calls that found less than their expected prefix (evicted)."""
 
     @property
     def prefill_tokens(self) -> int:
         return self.prompt_tokens - self.cached_tokens
 
-    def record(self, result: GenerateResult) -> None:
+    def record(self, result: GenerateResult, *, expected_cached_tokens: int = 0) -> None:
         self.calls += 1
         self.prompt_tokens += result.prompt_tokens
         self.cached_tokens += result.cached_tokens
         self.llm_time_s += result.timings.total_s
+        if expected_cached_tokens > 0:
+            self.dependent_calls += 1
+            self.expected_prefix_tokens += expected_cached_tokens
+            self.found_prefix_tokens += min(result.cached_tokens, expected_cached_tokens)
+            if result.cached_tokens < expected_cached_tokens:
+                self.lost_prefixes += 1
 
 
 def stats_frame(stats: list[OperatorStats]) -> pd.DataFrame:

@@ -1,0 +1,197 @@
+"""Explicit KV pinning on stock vLLM: a scheduler subclass loaded through ``scheduler_cls``.
+
+Configure vLLM with ``VLLMSettings(scheduler_cls=PINNING_SCHEDULER_CLS)`` (in-process it
+goes to ``AsyncEngineArgs(scheduler_cls=...)``, for a server to ``--scheduler-cls``). The
+scheduler then understands three request extra arguments (``SamplingParams.extra_args``;
+over HTTP the completions body's ``vllm_xargs``):
+
+* ``{"kalypso_pin": key}`` on an ordinary request: when the request finishes normally
+  (stop or length; not when aborted or failed) every block of it that carries a
+  prefix-cache hash (for a full-attention model: its full blocks) gets one extra
+  reference, kept under ``key``. vLLM's ``BlockPool`` is reference-counted and only
+  blocks with no reference sit in its free queue, the only place blocks are evicted
+  from, so pinned blocks stay cached. Several requests may pin under one key.
+* ``{"kalypso_unpin": key}``: a *control request*. The scheduler releases the references
+  kept under ``key`` (blocks left unreferenced return to the free queue as cached,
+  evictable blocks, last block first as vLLM frees them) and finishes the request at
+  once, without queueing it or running the model: it finishes with reason "stop", no
+  output token, and ``stop_reason`` ``"kalypso-pinning:released=<n>"`` (``n`` block
+  references released; 0 for an unknown key).
+* ``{"kalypso_unpin_all": 1}``: the same for every key (deadlock recovery).
+* ``{"kalypso_ping": 1}``: a control request that releases nothing; its ``stop_reason``
+  carrying :data:`CONTROL_STOP_REASON_PREFIX` proves the scheduler is installed.
+
+Control requests need a prompt (one token will do) and ``max_tokens=1``; their priority is
+irrelevant: they are answered after the engine step that follows their arrival, even
+when the engine is saturated or deadlocked. They go through the normal request path, so
+this works in-process (``AsyncLLM``) and over HTTP (``/v1/completions``) alike; vLLM's
+utility-call path (``call_utility``/``collective_rpc``) reaches ``EngineCore`` or the
+workers, not the scheduler, and has no HTTP route.
+
+Limits:
+
+* Pinned blocks count as used (``kv_cache_usage``); a request that cannot get its blocks
+  beside them waits (vLLM reports it ``waiting`` with nothing ``running``) until pins
+  are released. Running requests are preempted as usual to make room for each other,
+  never pinned blocks.
+* vLLM's ``reset_prefix_cache`` succeeds only when no block is in use, so it fails
+  while anything is pinned; with ``reset_running_requests=True`` (weight updates, pause
+  with cache clearing) the pins are released first, since they would be stale anyway.
+* Pins live in the engine-core process: they vanish with it.
+
+vLLM internals relied on (vLLM 0.32; none is a stable API, recheck on upgrade):
+``Scheduler.add_request``, ``Scheduler._free_blocks`` (called once per finished request
+when its blocks are released), ``Scheduler.update_from_output`` (returns
+``{client_index: EngineCoreOutputs}``), ``Scheduler.has_requests`` (the engine core steps
+only while it is true), ``Scheduler.reset_prefix_cache``, ``Scheduler.kv_cache_manager``
+(``get_blocks(request_id).blocks``, ``block_pool.touch`` and ``block_pool.free_blocks``),
+``Request.sampling_params.extra_args``, ``Request.status``, ``Request.client_index``,
+``KVCacheBlock.block_hash`` / ``is_null``, ``EngineCoreOutput`` and ``FinishReason``.
+
+Importing this module does not import vLLM (the HTTP engine only needs the constants):
+:class:`PinningScheduler` is built on first access, through the module's ``__getattr__``,
+which is also how vLLM resolves ``PINNING_SCHEDULER_CLS``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+PINNING_SCHEDULER_CLS = "kalypso.engine.vllm_pinning.PinningScheduler"
+"""The ``scheduler_cls`` value that enables explicit pinning."""
+
+PIN_ARG = "kalypso_pin"
+"""Extra argument of an ordinary request: the key to pin its blocks under."""
+UNPIN_ARG = "kalypso_unpin"
+"""Extra argument of a control request: the key to release."""
+UNPIN_ALL_ARG = "kalypso_unpin_all"
+"""Extra argument of a control request: release every key."""
+PING_ARG = "kalypso_ping"
+"""Extra argument of a control request that only proves the scheduler is there."""
+CONTROL_ARGS = (UNPIN_ARG, UNPIN_ALL_ARG, PING_ARG)
+
+CONTROL_STOP_REASON_PREFIX = "kalypso-pinning:released="
+"""A control request's ``stop_reason`` is this prefix followed by the number of block
+references it released."""
+
+
+def parse_control_stop_reason(stop_reason: object) -> int | None:
+    """Block references released, from a control request's ``stop_reason``; None when the
+    reply did not come from the pinning scheduler (it is not installed)."""
+    if not isinstance(stop_reason, str) or not stop_reason.startswith(CONTROL_STOP_REASON_PREFIX):
+        return None
+    try:
+        return int(stop_reason.removeprefix(CONTROL_STOP_REASON_PREFIX))
+    except ValueError:
+        return None
+
+
+def _build_pinning_scheduler() -> type[Scheduler]:
+    from vllm.v1.core.kv_cache_utils import KVCacheBlock
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request, RequestStatus
+
+    unpinned_statuses = (RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_ERROR)
+
+    class PinningScheduler(Scheduler):
+        """vLLM's scheduler plus pins (see the module docstring)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.kalypso_pins: dict[str, list[KVCacheBlock]] = {}
+            """Pin key -> blocks holding one reference each, in pinning order."""
+            self._kalypso_replies: list[tuple[int, EngineCoreOutput]] = []
+            """(client index, output) of control requests answered at the next step."""
+
+        def add_request(self, request: Request) -> None:
+            extra = _extra_args(request)
+            if not any(arg in extra for arg in CONTROL_ARGS):
+                super().add_request(request)
+                return
+            if UNPIN_ALL_ARG in extra:
+                released = self.kalypso_unpin_all()
+            elif UNPIN_ARG in extra:
+                released = self.kalypso_unpin(str(extra[UNPIN_ARG]))
+            else:
+                released = 0
+            reply = EngineCoreOutput(
+                request_id=request.request_id,
+                new_token_ids=[],
+                finish_reason=FinishReason.STOP,
+                stop_reason=f"{CONTROL_STOP_REASON_PREFIX}{released}",
+            )
+            self._kalypso_replies.append((request.client_index, reply))
+            if self.finished_req_ids_dict is not None:
+                self.finished_req_ids_dict[request.client_index].add(request.request_id)
+
+        def kalypso_unpin(self, pin_key: str) -> int:
+            """Release the blocks pinned under ``pin_key``; returns how many references."""
+            blocks = self.kalypso_pins.pop(pin_key, [])
+            # last pinned first into the free queue, so a prefix's head is evicted last
+            self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
+            return len(blocks)
+
+        def kalypso_unpin_all(self) -> int:
+            """Release every pin; returns how many block references were released."""
+            return sum(self.kalypso_unpin(key) for key in list(self.kalypso_pins))
+
+        def _free_blocks(self, request: Request) -> None:
+            pin_key = _extra_args(request).get(PIN_ARG)
+            if isinstance(pin_key, str) and request.status not in unpinned_statuses:
+                groups = self.kv_cache_manager.get_blocks(request.request_id).blocks
+                blocks = [
+                    block
+                    for group in groups
+                    for block in group
+                    if block.block_hash is not None and not block.is_null
+                ]
+                self.kv_cache_manager.block_pool.touch(blocks)
+                self.kalypso_pins.setdefault(pin_key, []).extend(blocks)
+            super()._free_blocks(request)
+
+        def has_requests(self) -> bool:
+            return bool(self._kalypso_replies) or super().has_requests()
+
+        def update_from_output(
+            self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+        ) -> dict[int, EngineCoreOutputs]:
+            outputs = super().update_from_output(scheduler_output, model_runner_output)
+            replies, self._kalypso_replies = self._kalypso_replies, []
+            for client_index, reply in replies:
+                eco = outputs.get(client_index)
+                if eco is None:
+                    outputs[client_index] = EngineCoreOutputs(outputs=[reply])
+                else:
+                    eco.outputs.append(reply)
+            return outputs
+
+        def reset_prefix_cache(
+            self, reset_running_requests: bool = False, reset_connector: bool = False
+        ) -> bool:
+            if reset_running_requests:
+                self.kalypso_unpin_all()
+            return super().reset_prefix_cache(reset_running_requests, reset_connector)
+
+    PinningScheduler.__module__ = __name__
+    PinningScheduler.__qualname__ = "PinningScheduler"
+    return PinningScheduler
+
+
+def _extra_args(request: Any) -> dict[str, Any]:
+    params = request.sampling_params
+    extra = params.extra_args if params is not None else None
+    return extra if isinstance(extra, dict) else {}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PinningScheduler":
+        cls = _build_pinning_scheduler()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

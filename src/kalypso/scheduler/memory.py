@@ -1,0 +1,170 @@
+"""KV memory accounting for the scheduler: reservations, stage budgets, dependencies.
+
+Everything is in KV *blocks* of the engine's real capacity (never a constant).
+
+A task reserves ``total_blocks``: its prompt (beyond the full blocks it shares with its
+parent, which the parent already holds) plus its output bound, rounded up to blocks.
+Of those, ``prefix_blocks`` (the full blocks of the tuple's ``[system | context]``) are
+what its children will reuse. When the task completes:
+
+* with children: its working memory is released but its prefix stays reserved (charged to
+  its stage) until the last child is *done*;
+* filtered, in the last stage, or with no children: everything is released, and it is done.
+
+A task is *done* when it completed and all its children are done; then its prefix is
+released and its parent is told, recursively::
+
+    parent (prefix held) --- child 1 (done)
+                         \\-- child 2 (running)   -> parent released when child 2 is done
+
+:class:`KVLedger` is shared by every query on one engine: the sum of all reservations never
+exceeds the engine's capacity (no over-commit). :class:`StageBudgets` splits one query's
+view of that capacity among the stages of the pipeline it is running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class KVLedger:
+    """All reservations against one engine's KV capacity (share one per engine)."""
+
+    capacity_blocks: int
+    reserved_blocks: int = 0
+    peak_reserved_blocks: int = 0
+
+    def fits(self, blocks: int) -> bool:
+        return self.reserved_blocks + blocks <= self.capacity_blocks
+
+    def reserve(self, blocks: int) -> None:
+        self.reserved_blocks += blocks
+        self.peak_reserved_blocks = max(self.peak_reserved_blocks, self.reserved_blocks)
+
+    def release(self, blocks: int) -> None:
+        if blocks > self.reserved_blocks:
+            raise AssertionError(f"releasing {blocks} blocks, only {self.reserved_blocks} held")
+        self.reserved_blocks -= blocks
+
+
+@dataclass(eq=False)
+class TaskMemory:
+    """One task's reservation and its place in the dependency tree."""
+
+    stage: int
+    total_blocks: int
+    prefix_blocks: int
+    parent: TaskMemory | None = None
+    pending_children: int = 0
+    completed: bool = False
+    held_blocks: int = 0
+    """What this task holds right now (total while running, prefix while waiting on
+    children, 0 when released)."""
+
+
+@dataclass
+class StageBudgets:
+    """Per-stage budgets of one pipeline run, and what each stage holds against them."""
+
+    budget_blocks: list[int]
+    min_budget_blocks: list[int]
+    used_blocks: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(self.budget_blocks) != len(self.min_budget_blocks):
+            raise ValueError("one budget and one minimum per stage")
+        if not self.used_blocks:
+            self.used_blocks = [0] * len(self.budget_blocks)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.budget_blocks)
+
+    def free_blocks(self, stage: int) -> int:
+        return self.budget_blocks[stage] - self.used_blocks[stage]
+
+    def transferable_blocks(self, stage: int) -> int:
+        """Budget ``stage`` can give away: free, and never below its minimum."""
+        keep = max(self.min_budget_blocks[stage], self.used_blocks[stage])
+        return max(0, self.budget_blocks[stage] - keep)
+
+    def transfer(self, source: int, target: int) -> int:
+        """Move all transferable budget of ``source`` to ``target``; returns the blocks moved."""
+        if source == target:
+            return 0
+        moved = self.transferable_blocks(source)
+        self.budget_blocks[source] -= moved
+        self.budget_blocks[target] += moved
+        return moved
+
+
+class MemoryManager:
+    """Admission, allocation, release and dependency tracking for one query's pipeline."""
+
+    def __init__(self, ledger: KVLedger, budgets: StageBudgets) -> None:
+        self.ledger = ledger
+        self.budgets = budgets
+
+    def admits(self, task: TaskMemory, *, stage_idle: bool, query_idle: bool) -> bool:
+        """Whether ``task`` may start now.
+
+        It fits when its stage's budget and the engine-wide ledger both have room. Two
+        rules let work through that would otherwise never start (each has a test named
+        after the deadlock it prevents):
+
+        * a stage with nothing running admits a task larger than its budget if the
+          ledger has room (estimates of a stage's minimum can be too small);
+        * a query with nothing running admits its next task even beyond the ledger when
+          the ledger holds nothing at all (a task larger than the whole cache: the
+          engine will still run it, with evictions).
+        """
+        blocks = task.total_blocks
+        if self.budgets.free_blocks(task.stage) >= blocks and self.ledger.fits(blocks):
+            return True
+        if stage_idle and self.ledger.fits(blocks):
+            return True
+        return query_idle and self.ledger.reserved_blocks == 0
+
+    def allocate(self, task: TaskMemory) -> None:
+        self._hold(task, task.total_blocks)
+
+    def complete(self, task: TaskMemory, *, children: int) -> list[TaskMemory]:
+        """``task`` finished with ``children`` new child tasks (0 if filtered or last).
+
+        Returns the tasks that became *done* (their memory is fully released), in order.
+        """
+        task.completed = True
+        task.pending_children = children
+        if children > 0:
+            self._hold(task, min(task.prefix_blocks, task.total_blocks))
+            return []
+        return self._finish(task)
+
+    def requeue(self, task: TaskMemory, total_blocks: int) -> None:
+        """Release a task that will run again (a retry) and set its new reservation."""
+        self._hold(task, 0)
+        task.total_blocks = total_blocks
+
+    def _finish(self, task: TaskMemory) -> list[TaskMemory]:
+        done: list[TaskMemory] = []
+        current: TaskMemory | None = task
+        while current is not None and current.completed and current.pending_children == 0:
+            self._hold(current, 0)
+            done.append(current)
+            parent = current.parent
+            if parent is None:
+                break
+            parent.pending_children -= 1
+            current = parent
+        return done
+
+    def _hold(self, task: TaskMemory, blocks: int) -> None:
+        """Set what ``task`` holds to ``blocks`` (charged to its stage and the ledger)."""
+        delta = blocks - task.held_blocks
+        if delta > 0:
+            self.ledger.reserve(delta)
+        elif delta < 0:
+            self.ledger.release(-delta)
+        self.budgets.used_blocks[task.stage] += delta
+        task.held_blocks = blocks

@@ -1,0 +1,367 @@
+"""Algorithm 1 of the paper: memory-aware scheduling of one pipeline.
+
+Each stage has a waiting queue; running tasks hold reservations. One iteration:
+
+1. **Launch** - for each stage (deepest first), admit waiting tasks in order while the
+   memory manager admits them (stage budget and engine-wide ledger);
+2. **Complete** - for each finished task: a call that hit its token bound re-enqueues the
+   task (front of its queue) with a doubled bound; a filtered task releases its memory; a
+   task of a non-last stage runs the next stage's Cartesian product and enqueues the
+   children (its prefix stays reserved until the last child is done); a last-stage task's
+   tuple is output;
+3. **Rebalance** (adaptive policy) - a saturated stage (waiting > ``alpha *
+   budget/minBudget``) other than the first gives its free budget to the last stage; a
+   starving stage (waiting < ``beta * budget/minBudget``) gives its free budget to the
+   nearest upstream stage that is not starving.
+
+Calls of deeper stages carry a higher engine priority. Outputs are ordered by tuple key,
+so every policy returns the same table as operator-at-a-time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kalypso.query.context import BoundExceeded, ExecContext, retry_bound, set_bound_overrides
+from kalypso.query.operators import CartesianOperator, PipelinedOperator
+from kalypso.query.planner import Stage
+from kalypso.query.rows import Row
+from kalypso.scheduler.memory import KVLedger, MemoryManager, StageBudgets, TaskMemory
+from kalypso.scheduler.policies import SchedulingPolicy
+
+SAMPLE_ROWS = 32
+"""Input rows sampled to estimate each stage's minimum budget."""
+
+
+@dataclass(eq=False)
+class Task:
+    """One stage on one tuple; resumes at ``next_op`` after a retry."""
+
+    task_id: int
+    stage: int
+    row: Row
+    memory: TaskMemory
+    next_op: int = 0
+    bounds: dict[str, int] = field(default_factory=dict)
+    retries: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BudgetMove:
+    """One transfer made by Rebalance (for tests and the report)."""
+
+    iteration: int
+    source: int
+    target: int
+    blocks: int
+    reason: str
+
+
+@dataclass
+class StageView:
+    """What the live view shows per stage."""
+
+    done: int = 0
+    waiting: int = 0
+    running: int = 0
+    budget_blocks: int = 0
+    used_blocks: int = 0
+
+
+@dataclass
+class PipelineReport:
+    """What one pipeline run did: admission order, budget moves, retries, peak memory."""
+
+    admitted: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    moves: list[BudgetMove] = field(default_factory=list)
+    retries: int = 0
+    initial_budgets_blocks: list[int] = field(default_factory=list)
+    final_budgets_blocks: list[int] = field(default_factory=list)
+    min_budgets_blocks: list[int] = field(default_factory=list)
+    peak_reserved_blocks: int = 0
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """Algorithm 1's thresholds: saturated above ``alpha * budget/minBudget`` waiting
+    tasks, starving below ``beta * budget/minBudget``."""
+
+    alpha: float = 1.0
+    beta: float = 0.5
+
+
+class PipelineScheduler:
+    """Runs the stages of one pipeline on their input tuples under a policy."""
+
+    def __init__(
+        self,
+        stages: tuple[Stage, ...],
+        ctx: ExecContext,
+        ledger: KVLedger,
+        policy: SchedulingPolicy,
+        settings: SchedulerSettings | None = None,
+        on_update: Callable[[list[StageView]], None] | None = None,
+    ) -> None:
+        self.stages = stages
+        self.ctx = ctx
+        self.ledger = ledger
+        self.policy = policy
+        self.settings = settings or SchedulerSettings()
+        self.on_update = on_update
+        self.block_size_tokens = ctx.engine.capacity.block_size_tokens
+        self.waiting: list[deque[Task]] = [deque() for _ in stages]
+        self.running: dict[asyncio.Task[Row | None], Task] = {}
+        self.running_per_stage = [0] * len(stages)
+        self.done_per_stage = [0] * len(stages)
+        self.report = PipelineReport()
+        self._ids = itertools.count()
+        self._iteration = 0
+        self.memory: MemoryManager | None = None
+
+    # ---- sizing ------------------------------------------------------------------
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block_size_tokens)
+
+    def reservation(self, stage: int, row: Row, start_op: int, bounds: dict[str, int],
+                    parent: TaskMemory | None) -> tuple[int, int]:  # fmt: skip
+        """``(total_blocks, prefix_blocks)`` for running ``stage`` on ``row`` from op
+        ``start_op``: the largest prompt plus its output bound (outputs of earlier ops of
+        the stage count toward later prompts), minus the full blocks shared with the
+        parent; and the full blocks of the tuple's ``[system | context]``."""
+        total_tokens = 0
+        prefix_tokens = 0
+        produced_tokens = 0
+        for planned in self.stages[stage].operators[start_op:]:
+            parts = planned.operator.prompt_parts()
+            if parts is None:
+                continue
+            columns, task = parts
+            known = tuple(c for c in columns if c in row.values)
+            prompt_tokens = len(self.ctx.prompt_for(row, known, task)) + produced_tokens
+            cap = planned.operator.max_output_tokens()
+            first = getattr(planned.operator, "first_bound_tokens", None)
+            bound = bounds.get(planned.op_id) or self.ctx.first_bound(
+                planned.op_id, prompt_tokens, cap, first
+            )
+            total_tokens = max(total_tokens, prompt_tokens + bound)
+            context_tokens = self.ctx.layout.head_tokens + len(
+                row.context_ids(known, self.ctx.engine.tokenizer)
+            )
+            prefix_tokens = max(prefix_tokens, context_tokens)
+            produced_tokens += bound
+        shared = parent.prefix_blocks if parent is not None else 0
+        total = max(self._blocks(total_tokens) - shared, 1 if total_tokens else 0)
+        return total, prefix_tokens // self.block_size_tokens
+
+    def min_budgets(self, rows: list[Row]) -> list[int]:
+        """Each stage's minimum budget: the largest reservation among sampled tasks."""
+        sample = rows[:SAMPLE_ROWS]
+        minimums: list[int] = []
+        parents: list[tuple[Row, TaskMemory | None]] = [(r, None) for r in sample]
+        for index, stage in enumerate(self.stages):
+            if index > 0:
+                product = stage.product
+                assert product is not None and isinstance(product.operator, CartesianOperator)
+                children = []
+                for row, memory in parents[:2]:
+                    for child in product.operator.partners(row)[:SAMPLE_ROWS]:
+                        children.append((child, memory))
+                parents = children
+            sized = []
+            for row, parent in parents:
+                total, prefix = self.reservation(index, row, 0, {}, parent)
+                sized.append((row, TaskMemory(index, total, prefix, parent)))
+            minimums.append(max([m.total_blocks for _, m in sized], default=1) or 1)
+            parents = [(row, memory) for row, memory in sized]
+        return minimums
+
+    # ---- Algorithm 1 ---------------------------------------------------------------
+    async def run(self, rows: list[Row]) -> list[Row]:
+        """Run the pipeline on ``rows``; returns its output tuples ordered by key."""
+        capacity = self.ledger.capacity_blocks
+        minimums = self.min_budgets(rows)
+        budgets = self.policy.initial_budgets(capacity, minimums)
+        self.memory = MemoryManager(self.ledger, StageBudgets(list(budgets), minimums))
+        self.report.initial_budgets_blocks = list(budgets)
+        self.report.min_budgets_blocks = list(minimums)
+        first = self.stages[0]
+        inputs = rows
+        if first.product is not None:
+            inputs = self._expand(first.product, rows)
+        for row in inputs:
+            self.waiting[0].append(self._new_task(0, row, None))
+        outputs: list[Row] = []
+        try:
+            while self.running or any(self.waiting):
+                self._launch()
+                if not self.running:
+                    await asyncio.sleep(0.005)  # other queries hold the ledger; let them finish
+                    continue
+                finished, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+                for handle in sorted(finished, key=lambda h: self.running[h].task_id):
+                    task = self.running.pop(handle)
+                    self.running_per_stage[task.stage] -= 1
+                    self._complete(task, handle, outputs)
+                self._iteration += 1
+                if self.policy.rebalance:
+                    self._rebalance()
+                self._notify()
+        finally:
+            for handle in self.running:
+                handle.cancel()
+            await asyncio.gather(*self.running, return_exceptions=True)
+            self.report.final_budgets_blocks = list(self.memory.budgets.budget_blocks)
+            self.report.peak_reserved_blocks = self.ledger.peak_reserved_blocks
+        return sorted(outputs, key=lambda r: r.key)
+
+    def _new_task(self, stage: int, row: Row, parent: TaskMemory | None) -> Task:
+        total, prefix = self.reservation(stage, row, 0, {}, parent)
+        return Task(next(self._ids), stage, row, TaskMemory(stage, total, prefix, parent))
+
+    def _launch(self) -> None:
+        assert self.memory is not None
+        cap = self.policy.max_running_tasks
+        for stage in reversed(range(len(self.stages))):
+            queue = self.waiting[stage]
+            while queue:
+                if cap is not None and len(self.running) >= cap:
+                    return
+                task = queue[0]
+                if not self.memory.admits(
+                    task.memory,
+                    stage_idle=self.running_per_stage[stage] == 0,
+                    query_idle=not self.running,
+                ):
+                    break
+                queue.popleft()
+                self.memory.allocate(task.memory)
+                self.report.admitted.append((stage, task.row.key))
+                self.running_per_stage[stage] += 1
+                handle = asyncio.ensure_future(self._run_task(task))
+                self.running[handle] = task
+
+    async def _run_task(self, task: Task) -> Row | None:
+        """The stage's operators in order on the task's tuple (from ``next_op``)."""
+        set_bound_overrides(task.bounds or None)
+        priority = len(self.stages) - 1 - task.stage
+        stage = self.stages[task.stage]
+        row: Row | None = task.row
+        while task.next_op < len(stage.operators) and row is not None:
+            planned = stage.operators[task.next_op]
+            operator = planned.operator
+            assert isinstance(operator, PipelinedOperator)
+            stats = self.ctx.stats_for(planned.op_id)
+            stats.rows_in += 1
+            try:
+                row = await operator.apply(row, self.ctx, planned.op_id, priority)
+            except BoundExceeded:
+                stats.rows_in -= 1  # counted again when the task resumes
+                raise
+            if row is not None:
+                stats.rows_out += 1
+                task.row = row
+            task.next_op += 1
+        return row
+
+    def _complete(self, task: Task, handle: asyncio.Task[Row | None], outputs: list[Row]) -> None:
+        assert self.memory is not None
+        error = handle.exception()
+        if isinstance(error, BoundExceeded):
+            # the bound doubles up to the operator's cap, where calls stop raising
+            self.ctx.stats_for(error.op_id).retries += 1
+            self.report.retries += 1
+            task.retries[error.op_id] = task.retries.get(error.op_id, 0) + 1
+            task.bounds[error.op_id] = retry_bound(
+                error.bound_tokens, error.cap_tokens,
+                retries_done=task.retries[error.op_id], max_retries=self.ctx.max_retries,
+            )  # fmt: skip
+            total, _ = self.reservation(
+                task.stage, task.row, task.next_op, task.bounds, task.memory.parent
+            )
+            self.memory.requeue(task.memory, total)
+            self.waiting[task.stage].appendleft(task)
+            return
+        if error is not None:
+            raise error
+        row = handle.result()
+        children: list[Task] = []
+        if row is not None and task.stage + 1 < len(self.stages):
+            product = self.stages[task.stage + 1].product
+            assert product is not None
+            children = [
+                self._new_task(task.stage + 1, child, task.memory)
+                for child in self._expand(product, [row])
+            ]
+        elif row is not None:
+            outputs.append(row)
+        for done in self.memory.complete(task.memory, children=len(children)):
+            self.done_per_stage[done.stage] += 1
+        self.waiting[task.stage + 1 if children else task.stage].extend(children)
+
+    def _expand(self, product_planned: object, rows: list[Row]) -> list[Row]:
+        from kalypso.query.planner import PlannedOperator
+
+        assert isinstance(product_planned, PlannedOperator)
+        operator = product_planned.operator
+        assert isinstance(operator, CartesianOperator)
+        stats = self.ctx.stats_for(product_planned.op_id)
+        out: list[Row] = []
+        for row in rows:
+            partners = operator.partners(row)
+            stats.rows_in += 1
+            stats.rows_out += len(partners)
+            out.extend(partners)
+        return out
+
+    def _thresholds(self, stage: int) -> tuple[float, float]:
+        assert self.memory is not None
+        budgets = self.memory.budgets
+        tasks_fitting = budgets.budget_blocks[stage] / max(1, budgets.min_budget_blocks[stage])
+        return self.settings.alpha * tasks_fitting, self.settings.beta * tasks_fitting
+
+    def _starving(self, stage: int) -> bool:
+        return len(self.waiting[stage]) < self._thresholds(stage)[1]
+
+    def _saturated(self, stage: int) -> bool:
+        return len(self.waiting[stage]) > self._thresholds(stage)[0]
+
+    def _rebalance(self) -> None:
+        last = len(self.stages) - 1
+        if last == 0:
+            return
+        for stage in range(1, last):
+            if self._saturated(stage):
+                self._move(stage, last, "saturated")
+        for stage in range(last, 0, -1):
+            if not self._starving(stage):
+                continue
+            upstream = stage - 1
+            while upstream > 0 and self._starving(upstream):
+                upstream -= 1
+            if not self._starving(upstream):
+                self._move(stage, upstream, "starving")
+
+    def _move(self, source: int, target: int, reason: str) -> None:
+        assert self.memory is not None
+        moved = self.memory.budgets.transfer(source, target)
+        if moved:
+            self.report.moves.append(BudgetMove(self._iteration, source, target, moved, reason))
+
+    def _notify(self) -> None:
+        if self.on_update is None or self.memory is None:
+            return
+        budgets = self.memory.budgets
+        self.on_update([
+            StageView(
+                done=self.done_per_stage[s],
+                waiting=len(self.waiting[s]),
+                running=self.running_per_stage[s],
+                budget_blocks=budgets.budget_blocks[s],
+                used_blocks=budgets.used_blocks[s],
+            )
+            for s in range(len(self.stages))
+        ])  # fmt: skip

@@ -1,0 +1,59 @@
+"""The live view: per stage, tasks done/waiting/running, budget and KV in use."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from kalypso.query.planner import PhysicalPlan
+from kalypso.scheduler.pipeline import StageView
+
+
+class ProgressView:
+    """A rich live table updated by the scheduler; a no-op when disabled."""
+
+    def __init__(
+        self, physical: PhysicalPlan, *, enabled: bool, console: Console | None = None
+    ) -> None:
+        self._enabled = enabled
+        self._physical = physical
+        self._live: Live | None = None
+        self._console = console or Console(stderr=True)
+
+    def __enter__(self) -> ProgressView:
+        if self._enabled:
+            self._live = Live(Table(), console=self._console, refresh_per_second=4, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._live is not None:
+            self._live.__exit__(kind, error, tb)
+
+    def update(self, pipeline: int, views: list[StageView]) -> None:
+        if self._live is None:
+            return
+        table = Table(title=f"pipeline {pipeline}")
+        for header in (
+            "stage",
+            "done",
+            "waiting",
+            "running",
+            "budget (blocks)",
+            "KV held (blocks)",
+        ):
+            table.add_column(header, justify="right")
+        for number, view in enumerate(views, start=1):
+            table.add_row(
+                str(number), str(view.done), str(view.waiting), str(view.running),
+                str(view.budget_blocks), str(view.used_blocks),
+            )  # fmt: skip
+        self._live.update(table)
