@@ -117,6 +117,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kalypso.bench.cli import run_bench
+
+    return asyncio.run(run_bench(args, console))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kalypso", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -146,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--url", default=None, help="use a running vLLM server instead of in-process vLLM"
     )
     demo.set_defaults(func=cmd_demo)
+
+    from kalypso.bench.cli import add_arguments
+
+    bench = sub.add_parser("bench", help="run workloads side by side under several policies")
+    add_arguments(bench)
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -197,6 +197,11 @@ class HTTPVLLMEngine:
         return f"vllm-http:{self._model}@{self._base_url}"
 
     @property
+    def base_url(self) -> str:
+        """The server's address, without ``/v1``."""
+        return self._base_url
+
+    @property
     def capacity(self) -> EngineCapacity:
         return self._capacity
 

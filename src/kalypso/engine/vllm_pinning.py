@@ -5,10 +5,12 @@ goes to ``AsyncEngineArgs(scheduler_cls=...)``, for a server to ``--scheduler-cl
 scheduler then understands three request extra arguments (``SamplingParams.extra_args``;
 over HTTP the completions body's ``vllm_xargs``):
 
-* ``{"kalypso_pin": key}`` on an ordinary request: when the request finishes normally
-  (stop or length; not when aborted or failed) every block of it that carries a
-  prefix-cache hash (for a full-attention model: its full blocks) gets one extra
-  reference, kept under ``key``. vLLM's ``BlockPool`` is reference-counted and only
+* ``{"kalypso_pin": key}`` on an ordinary request: when the request finishes, every block
+  of it that carries a prefix-cache hash (for a full-attention model: its full blocks)
+  gets one extra reference, kept under ``key``. Not pinned: a request that failed, or
+  that was aborted before it generated a token. An abort *after* output is pinned,
+  because that is how a stop string ends a request: vLLM's frontend detects stop strings
+  and then aborts the request in the engine core. vLLM's ``BlockPool`` is reference-counted and only
   blocks with no reference sit in its free queue, the only place blocks are evicted
   from, so pinned blocks stay cached. Several requests may pin under one key.
 * ``{"kalypso_unpin": key}``: a *control request*. The scheduler releases the references
@@ -97,7 +99,12 @@ def _build_pinning_scheduler() -> type[Scheduler]:
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
 
-    unpinned_statuses = (RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_ERROR)
+    def pins_on_finish(request: Request) -> bool:
+        if request.status == RequestStatus.FINISHED_ERROR:
+            return False
+        if request.status == RequestStatus.FINISHED_ABORTED:  # a stop string, or a cancel
+            return request.num_output_tokens > 0
+        return True
 
     class PinningScheduler(Scheduler):
         """vLLM's scheduler plus pins (see the module docstring)."""
@@ -143,7 +150,7 @@ def _build_pinning_scheduler() -> type[Scheduler]:
 
         def _free_blocks(self, request: Request) -> None:
             pin_key = _extra_args(request).get(PIN_ARG)
-            if isinstance(pin_key, str) and request.status not in unpinned_statuses:
+            if isinstance(pin_key, str) and pins_on_finish(request):
                 groups = self.kv_cache_manager.get_blocks(request.request_id).blocks
                 blocks = [
                     block

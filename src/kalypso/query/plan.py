@@ -79,6 +79,12 @@ class QueryResult:
         return sum(s.retries for s in self.operator_stats)
 
     @property
+    def min_prefill_tokens(self) -> int:
+        """Prefill the plan needs if every tuple's prefix is computed once: prompt tokens
+        minus the full-block prefixes every dependent call could have reused."""
+        return self.prompt_tokens - sum(s.expected_prefix_tokens for s in self.operator_stats)
+
+    @property
     def lost_prefixes(self) -> int:
         """Dependent calls that did not find the prefix their tuple's previous call left."""
         return sum(s.lost_prefixes for s in self.operator_stats)

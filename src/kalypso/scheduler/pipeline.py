@@ -9,10 +9,22 @@ Each stage has a waiting queue; running tasks hold reservations. One iteration:
    task of a non-last stage runs the next stage's Cartesian product and enqueues the
    children (its prefix stays reserved until the last child is done); a last-stage task's
    tuple is output;
-3. **Rebalance** (adaptive policy) - a saturated stage (waiting > ``alpha *
-   budget/minBudget``) other than the first gives its free budget to the last stage; a
-   starving stage (waiting < ``beta * budget/minBudget``) gives its free budget to the
-   nearest upstream stage that is not starving.
+3. **Rebalance** (adaptive policy) - with ``tasks(s) = budget(s) / minBudget(s)``, stage
+   ``s`` is *saturated* when more than ``alpha * tasks(s)`` tasks wait for it and
+   *starving* when fewer than ``beta * tasks(s)`` do. When a stage ``s >= 2`` is
+   saturated, the stage that feeds it (``s - 1``) has admitted more upstream work than
+   the downstream stages can consume: the feeder's free budget goes to the last stage.
+   A starving stage gives its free budget to the nearest upstream stage that is not
+   starving (walking up through starving stages). Only free budget moves (never below a
+   stage's minimum or what it holds), so nothing admitted is ever over-committed.
+
+   Reading of the paper: Algorithm 1 writes ``transferMem(from=stage, to=lastStage)``
+   for a saturated stage and measures saturation on "its queue". Its Figure 4 places the
+   queue after a stage (its outputs), the rest of the text before it (its waiting
+   tasks). We keep waiting queues and therefore move budget from the stage *feeding*
+   the saturated queue - the same transfer under the other reading, and the only one
+   that, in a two-stage pipeline, ever gives budget back to the last stage as the
+   paper's Figure 6 requires.
 
 Calls of deeper stages carry a higher engine priority. Outputs are ordered by tuple key,
 so every policy returns the same table as operator-at-a-time.
@@ -333,9 +345,9 @@ class PipelineScheduler:
         last = len(self.stages) - 1
         if last == 0:
             return
-        for stage in range(1, last):
+        for stage in range(1, last + 1):
             if self._saturated(stage):
-                self._move(stage, last, "saturated")
+                self._move(stage - 1, last, "saturated")
         for stage in range(last, 0, -1):
             if not self._starving(stage):
                 continue

@@ -1,0 +1,1 @@
+"""Benchmarks: the paper's workload shapes run side by side under several policies."""

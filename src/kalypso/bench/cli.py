@@ -1,0 +1,83 @@
+"""``kalypso bench``: run workloads side by side on real vLLM (CPU) or the simulator."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from kalypso.bench.runner import run_systems, summary_table, write_records
+from kalypso.bench.workloads import WORKLOADS
+from kalypso.engine.protocol import Engine
+
+DEFAULT_SYSTEMS = "operator-at-a-time,adaptive"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workload", default="all", help=f"all or one of {sorted(WORKLOADS)}")
+    parser.add_argument("--scale", choices=("quick", "paper"), default="quick")
+    parser.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
+    parser.add_argument("--systems", default=DEFAULT_SYSTEMS, help="comma-separated policies")
+    parser.add_argument(
+        "--kv-fraction", type=float, default=0.09,
+        help="KV cache size as a fraction of the table's tokens (default 0.09: under a tenth)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sim-profile", default="llama-3.3-70b-4xgpu", help="cost profile for --engine sim"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="JSON file to append records to")
+
+
+async def _engine_for(args: argparse.Namespace, table_tokens: int) -> Engine:
+    if args.engine == "sim":
+        from kalypso.engine.sim import SimEngine, get_profile
+
+        profile = get_profile(args.sim_profile)
+        block = profile.capacity.block_size_tokens
+        blocks = max(4, int(table_tokens * args.kv_fraction) // block)
+        return SimEngine(profile, num_blocks=blocks, max_model_len_tokens=blocks * block)
+    from kalypso.engine.vllm_local import LocalVLLMEngine
+    from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
+    from kalypso.models import resolve_model
+
+    per_token = kv_bytes_per_token(resolve_model()) or 23_040
+    kv_bytes = int(table_tokens * args.kv_fraction) * per_token
+    return await LocalVLLMEngine.start(VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=16))
+
+
+async def run_bench(args: argparse.Namespace, console: Console) -> int:
+    names = sorted(WORKLOADS) if args.workload == "all" else [args.workload]
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    out = args.out or Path("bench/results") / f"{args.engine}-{args.scale}.json"
+    all_records = []
+    for name in names:
+        if name not in WORKLOADS:
+            console.print(f"[red]unknown workload {name!r}; choose from {sorted(WORKLOADS)}[/red]")
+            return 2
+        workload = WORKLOADS[name](args.scale)
+        from kalypso.engine.sim.tokenizer import WordTokenizer
+
+        counter = WordTokenizer() if args.engine == "sim" else None
+        if counter is not None:
+            table_tokens = sum(len(counter.encode(t)) for t in workload.table_text)
+        else:
+            from kalypso.engine.hf_tokenizer import load_hf_tokenizer
+            from kalypso.models import resolve_model
+
+            tokenizer = load_hf_tokenizer(resolve_model())
+            table_tokens = sum(len(tokenizer.encode(t)) for t in workload.table_text)
+        engine = await _engine_for(args, table_tokens)
+        try:
+            console.print(
+                f"{name} ({args.scale}): table {table_tokens} tokens,"
+                f" KV cache {engine.capacity.total_tokens} tokens on {engine.name}"
+            )
+            records = await run_systems(engine, workload, systems, console=console)
+        finally:
+            await engine.close()
+        write_records(records, out)
+        all_records.extend(records)
+    Console(width=160).print(summary_table(all_records))
+    console.print(f"records appended to {out}")
+    return 0

@@ -1,0 +1,122 @@
+"""Run workloads under several systems side by side, on one engine, and record the figures.
+
+Each system runs the same plan on the same engine after a prefix-cache reset. Time is the
+engine's clock: wall time on vLLM, virtual time on the simulator. Records are written as
+a JSON list with the fields other tools read (``workload``, ``system``, ``scale``,
+``engine``, ``kv_cache_tokens``, ``time_s``, ``llm_calls``, ``prompt_tokens``,
+``cached_tokens``, ``prefill_tokens``, ``min_prefill_tokens``, ``retries``,
+``outputs_agree``, ...). ``outputs_agree`` compares each system's output table with
+operator-at-a-time's (the first system when that one is not run).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from kalypso.bench.workloads import Workload
+from kalypso.engine.protocol import Engine
+from kalypso.query.plan import QueryResult
+
+BASELINE = "operator-at-a-time"
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    workload: str
+    system: str
+    scale: str
+    engine: str
+    kv_cache_tokens: int
+    table_tokens: int
+    time_s: float
+    llm_calls: int
+    prompt_tokens: int
+    cached_tokens: int
+    prefill_tokens: int
+    min_prefill_tokens: int
+    retries: int
+    lost_prefixes: int
+    dependent_hit_rate: float
+    peak_kv_reserved_blocks: int
+    output_rows: int
+    outputs_agree: bool
+
+
+def engine_clock_s(engine: Engine) -> float:
+    """Virtual seconds for the simulator, wall seconds otherwise."""
+    now = getattr(engine, "now_s", None)
+    return float(now) if isinstance(now, int | float) else time.monotonic()
+
+
+async def run_systems(
+    engine: Engine, workload: Workload, systems: list[str], *, console: Console | None = None
+) -> list[BenchRecord]:
+    """Run ``workload`` once per system on ``engine``; returns one record per system."""
+    table_tokens = sum(len(engine.tokenizer.encode(t)) for t in workload.table_text)
+    results: dict[str, tuple[QueryResult, float]] = {}
+    for system in systems:
+        await engine.reset_prefix_cache()
+        started = engine_clock_s(engine)
+        result = await workload.plan.arun(engine, policy=system)
+        results[system] = (result, engine_clock_s(engine) - started)
+        if console is not None:
+            console.print(f"  {workload.name} / {system}: {result.report()}")
+    reference = results[BASELINE][0] if BASELINE in results else results[systems[0]][0]
+    records = []
+    for system in systems:
+        result, elapsed_s = results[system]
+        records.append(
+            BenchRecord(
+                workload=workload.name,
+                system=system,
+                scale=workload.scale,
+                engine=engine.name,
+                kv_cache_tokens=engine.capacity.total_tokens,
+                table_tokens=table_tokens,
+                time_s=round(elapsed_s, 3),
+                llm_calls=result.llm_calls,
+                prompt_tokens=result.prompt_tokens,
+                cached_tokens=result.cached_tokens,
+                prefill_tokens=result.prefill_tokens,
+                min_prefill_tokens=result.min_prefill_tokens,
+                retries=result.retries,
+                lost_prefixes=result.lost_prefixes,
+                dependent_hit_rate=round(result.dependent_hit_rate, 4),
+                peak_kv_reserved_blocks=result.peak_reserved_blocks,
+                output_rows=len(result.frame),
+                outputs_agree=bool(result.frame.equals(reference.frame)),
+            )  # fmt: skip
+        )
+    return records
+
+
+def write_records(records: list[BenchRecord], path: Path) -> None:
+    """Append ``records`` to the JSON list at ``path`` (created if missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existing = json.loads(path.read_text()) if path.exists() else []
+    existing.extend(asdict(r) for r in records)
+    path.write_text(json.dumps(existing, indent=1) + "\n")
+
+
+def summary_table(records: list[BenchRecord]) -> RichTable:
+    table = RichTable(title="benchmark (speed-up vs operator-at-a-time, same workload)")
+    headers = ("workload", "system", "time (s)", "speed-up", "prefill", "min prefill",
+               "prefill/min", "dep. hit rate", "lost", "retries", "agree")  # fmt: skip
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("workload", "system") else "right")
+    base = {r.workload: r.time_s for r in records if r.system == BASELINE}
+    for r in records:
+        speedup = f"{base[r.workload] / r.time_s:.2f}x" if r.workload in base and r.time_s else "-"
+        ratio = r.prefill_tokens / r.min_prefill_tokens if r.min_prefill_tokens else 0.0
+        table.add_row(
+            r.workload, r.system, f"{r.time_s:.1f}", speedup, str(r.prefill_tokens),
+            str(r.min_prefill_tokens), f"{ratio:.2f}", f"{r.dependent_hit_rate:.2f}",
+            str(r.lost_prefixes), str(r.retries), str(r.outputs_agree),
+        )  # fmt: skip
+    return table

@@ -1,0 +1,280 @@
+"""Explicit pinning on stock vLLM through Kalypso's scheduler subclass
+(:mod:`kalypso.engine.vllm_pinning`), in-process and over HTTP, on CPU with the bundled
+model and the conformance suite's tiny KV cache (16 blocks of 128 tokens).
+
+One engine at a time: the fixture is module-scoped and parametrized, so pytest runs every
+test of one backend before starting the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from kalypso.engine.protocol import (
+    EngineError,
+    EngineStats,
+    GenerateRequest,
+    UnsupportedFeatureError,
+)
+from kalypso.engine.vllm_http import HTTPVLLMEngine
+from kalypso.engine.vllm_local import LocalVLLMEngine
+from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS, parse_control_stop_reason
+from kalypso.engine.vllm_settings import VLLMSettings
+from tests.conftest import conformance_vllm_settings
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+PinningEngine = LocalVLLMEngine | HTTPVLLMEngine
+START_RETRY_DELAY_S = 60.0
+
+
+def _pinning_settings() -> VLLMSettings:
+    return dataclasses.replace(conformance_vllm_settings(), scheduler_cls=PINNING_SCHEDULER_CLS)
+
+
+@pytest.fixture(scope="module", params=["vllm-local", "vllm-http"])
+async def engine(request: pytest.FixtureRequest) -> AsyncIterator[PinningEngine]:
+    """A vLLM engine running the pinning scheduler (a start that fails, for example
+    because someone else's vLLM holds the machine, is retried once a minute later)."""
+    from kalypso.engine.vllm_server import VLLMServer
+
+    settings = _pinning_settings()
+    if request.param == "vllm-local":
+        try:
+            local = await LocalVLLMEngine.start(settings)
+        except EngineError:
+            await asyncio.sleep(START_RETRY_DELAY_S)
+            local = await LocalVLLMEngine.start(settings)
+        try:
+            yield local
+        finally:
+            await local.close()
+        return
+    try:
+        server = VLLMServer.start(settings)
+    except EngineError:
+        await asyncio.sleep(START_RETRY_DELAY_S)
+        server = VLLMServer.start(settings)
+    try:
+        http = await HTTPVLLMEngine.connect(server.base_url, pinning=True)
+        try:
+            yield http
+        finally:
+            await http.close()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def clean(engine: PinningEngine) -> PinningEngine:
+    """The engine with no pin and an empty prefix cache."""
+    await engine.unpin_all()
+    await engine.reset_prefix_cache()
+    return engine
+
+
+def _tokens(engine: PinningEngine, seed: int, n_tokens: int) -> list[int]:
+    """Exactly ``n_tokens`` token ids of varied text (distinct per seed)."""
+    rng = random.Random(seed)
+    vocab = ["alpha", "battery", "clause", "delta", "engine", "forest", "garden", "harbor"]
+    ids: list[int] = []
+    words = 2 * n_tokens
+    while len(ids) < n_tokens:
+        text = f"[{seed}] " + " ".join(rng.choice(vocab) for _ in range(words))
+        ids = engine.tokenizer.encode(text)
+        words *= 2
+    return ids[:n_tokens]
+
+
+async def _overflow(engine: PinningEngine, first_seed: int) -> None:
+    """Distinct prompts that together need more blocks than the cache has (as in the
+    conformance suite's LRU test)."""
+    capacity = engine.capacity
+    block = capacity.block_size_tokens
+    filler_tokens = (capacity.max_model_len_tokens // 2 // block) * block
+    needed = capacity.total_tokens + 2 * block
+    seed = first_seed
+    while needed > 0:
+        filler = tuple(_tokens(engine, seed, filler_tokens))
+        await engine.generate(GenerateRequest(f"filler{seed}", filler, 2))
+        needed -= filler_tokens
+        seed += 1
+
+
+async def _cached(engine: PinningEngine, prefix: list[int], seed: int) -> int:
+    """Prefix-cache hit tokens of a fresh prompt that starts with ``prefix``."""
+    prompt = tuple([*prefix, *_tokens(engine, seed, 8)])
+    return (await engine.generate(GenerateRequest(f"probe{seed}", prompt, 2))).cached_tokens
+
+
+async def _wait_stats(
+    engine: PinningEngine, condition: Callable[[EngineStats], bool], timeout_s: float = 10.0
+) -> tuple[EngineStats, float]:
+    """Poll the stats until ``condition`` holds; returns them and the seconds it took."""
+    start = time.monotonic()
+    while True:
+        stats = await engine.stats()
+        elapsed = time.monotonic() - start
+        if condition(stats) or elapsed > timeout_s:
+            return stats, elapsed
+        await asyncio.sleep(0.005)
+
+
+async def test_unpinned_prefix_is_evicted_by_overflow(clean: PinningEngine) -> None:
+    block = clean.capacity.block_size_tokens
+    prefix = _tokens(clean, 10, 4 * block)
+    assert await _cached(clean, prefix, 11) == 0
+    await _overflow(clean, 100)
+    assert await _cached(clean, prefix, 12) == 0
+
+
+async def test_pinned_prefix_survives_overflow_until_unpinned(clean: PinningEngine) -> None:
+    engine = clean
+    assert engine.supports_pinning
+    block = engine.capacity.block_size_tokens
+    prefix = _tokens(engine, 20, 4 * block)
+    victim = tuple([*prefix, *_tokens(engine, 21, 8)])
+    await engine.generate(GenerateRequest("victim", victim, 2, pin_key="doc-20"))
+    await _overflow(engine, 200)
+    assert await _cached(engine, prefix, 22) == 4 * block
+
+    await engine.unpin("doc-20")
+    await engine.unpin("doc-20")  # released already: a no-op
+    await engine.unpin("never-pinned")
+    assert await _cached(engine, prefix, 23) == 4 * block  # unpinned blocks stay cached
+    await _overflow(engine, 300)
+    assert await _cached(engine, prefix, 24) == 0
+
+
+async def test_request_ended_by_a_stop_string_is_pinned(clean: PinningEngine) -> None:
+    """vLLM's frontend detects stop strings and aborts the request in the engine core;
+    the pin must survive that abort."""
+    engine = clean
+    block = engine.capacity.block_size_tokens
+    prefix = _tokens(engine, 25, 4 * block)
+    prompt = tuple([*prefix, *_tokens(engine, 26, 8)])
+    free_run = await engine.generate(GenerateRequest("free", prompt, 16, ignore_eos=True))
+    words = free_run.text.split()
+    if len(words) < 2:
+        pytest.skip(f"the model's output {free_run.text!r} has no word to stop at")
+    stop = words[1]
+    stopped = await engine.generate(
+        GenerateRequest("stopped", prompt, 16, ignore_eos=True, stop=(stop,), pin_key="s")
+    )
+    assert stopped.finish_reason == "stop" and stopped.output_tokens < 16
+    await _overflow(engine, 250)
+    assert await _cached(engine, prefix, 27) == 4 * block
+    await engine.unpin("s")
+
+
+async def test_unpin_all_releases_every_key(clean: PinningEngine) -> None:
+    engine = clean
+    block = engine.capacity.block_size_tokens
+    # three 2-block prefixes, two pinned under one key: 6 of the 16 blocks stay pinned
+    prefixes = [_tokens(engine, 30 + i, 2 * block) for i in range(3)]
+    for i, (prefix, key) in enumerate(zip(prefixes, ["a", "a", "b"], strict=True)):
+        prompt = tuple([*prefix, *_tokens(engine, 40 + i, 8)])
+        await engine.generate(GenerateRequest(f"pinned{i}", prompt, 2, pin_key=key))
+    await _overflow(engine, 400)
+    assert [await _cached(engine, p, 50 + i) for i, p in enumerate(prefixes)] == [2 * block] * 3
+
+    await engine.unpin_all()
+    await _overflow(engine, 500)
+    assert [await _cached(engine, p, 60 + i) for i, p in enumerate(prefixes)] == [0, 0, 0]
+
+
+async def test_one_key_releases_all_its_requests_together(clean: PinningEngine) -> None:
+    engine = clean
+    block = engine.capacity.block_size_tokens
+    prefixes = [_tokens(engine, 70 + i, 2 * block) for i in range(3)]
+    for i, (prefix, key) in enumerate(zip(prefixes, ["a", "a", "b"], strict=True)):
+        prompt = tuple([*prefix, *_tokens(engine, 80 + i, 8)])
+        await engine.generate(GenerateRequest(f"pinned{i}", prompt, 2, pin_key=key))
+    await engine.unpin("a")
+    await _overflow(engine, 600)
+    assert [await _cached(engine, p, 90 + i) for i, p in enumerate(prefixes)] == [0, 0, 2 * block]
+
+
+async def test_kv_usage_counts_pinned_blocks(clean: PinningEngine) -> None:
+    engine = clean
+    block = engine.capacity.block_size_tokens
+    # vLLM keeps one of its blocks as a "null block" and reports usage over the others
+    usable_blocks = engine.capacity.num_blocks - 1
+    prompt = tuple([*_tokens(engine, 110, 4 * block), *_tokens(engine, 111, 8)])
+    await engine.generate(GenerateRequest("pinned", prompt, 2, pin_key="usage"))
+    pinned, _ = await _wait_stats(engine, lambda s: s.kv_usage_fraction > 0)
+    assert pinned.kv_usage_fraction == pytest.approx(4 / usable_blocks)
+    assert pinned.running_requests == 0 and pinned.waiting_requests == 0
+    await engine.unpin("usage")
+    released, _ = await _wait_stats(engine, lambda s: s.kv_usage_fraction == 0)
+    assert released.kv_usage_fraction == 0
+
+
+async def test_reset_prefix_cache_refuses_while_pinned(clean: PinningEngine) -> None:
+    engine = clean
+    prompt = tuple(_tokens(engine, 120, 2 * engine.capacity.block_size_tokens + 8))
+    await engine.generate(GenerateRequest("pinned", prompt, 2, pin_key="reset"))
+    with pytest.raises(EngineError, match="unpin_all"):
+        await engine.reset_prefix_cache()
+    await engine.unpin_all()
+    await engine.reset_prefix_cache()
+
+
+async def test_cache_full_of_pins_shows_waiting_without_running_until_unpin_all(
+    clean: PinningEngine,
+) -> None:
+    """The deadlock a query scheduler must detect: nothing runs, a request waits."""
+    engine = clean
+    block = engine.capacity.block_size_tokens
+    for i in range(3):  # 12 of the 15 usable blocks pinned
+        prompt = tuple([*_tokens(engine, 130 + i, 4 * block), *_tokens(engine, 140 + i, 8)])
+        await engine.generate(GenerateRequest(f"pinned{i}", prompt, 2, pin_key=f"d{i}"))
+    big = tuple(_tokens(engine, 150, 7 * block))  # needs 8 blocks: cannot be admitted
+    task = asyncio.ensure_future(engine.generate(GenerateRequest("big", big, 2)))
+    try:
+        stuck, elapsed = await _wait_stats(
+            engine, lambda s: s.waiting_requests > 0 and s.running_requests == 0
+        )
+        assert (stuck.waiting_requests, stuck.running_requests) == (1, 0), stuck
+        assert elapsed < 2.0, f"the stuck state took {elapsed:.3f} s to show in the stats"
+        await asyncio.sleep(1.0)
+        assert not task.done()
+        still = await engine.stats()
+        assert (still.waiting_requests, still.running_requests) == (1, 0)
+        await engine.unpin_all()
+        result = await asyncio.wait_for(task, timeout=60)
+        assert result.finish_reason in ("stop", "length")
+    finally:
+        if not task.done():
+            await engine.unpin_all()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_http_client_without_pinning_rejects_pin_keys(engine: PinningEngine) -> None:
+    if not isinstance(engine, HTTPVLLMEngine):
+        pytest.skip("the in-process engine enables pinning from its settings alone")
+    plain = await HTTPVLLMEngine.connect(engine.base_url)
+    try:
+        assert not plain.supports_pinning
+        prompt = tuple(_tokens(engine, 160, 16))
+        with pytest.raises(UnsupportedFeatureError, match="pinning"):
+            await plain.generate(GenerateRequest("p", prompt, 2, pin_key="k"))
+        with pytest.raises(UnsupportedFeatureError):
+            await plain.unpin("k")
+        with pytest.raises(UnsupportedFeatureError):
+            await plain.unpin_all()
+    finally:
+        await plain.close()
+
+
+def test_control_stop_reason_parsing() -> None:
+    assert parse_control_stop_reason("kalypso-pinning:released=7") == 7
+    assert parse_control_stop_reason("kalypso-pinning:released=x") is None
+    assert parse_control_stop_reason(None) is None
+    assert parse_control_stop_reason(13) is None
