@@ -20,9 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
     parser.add_argument("--systems", default=DEFAULT_SYSTEMS, help="comma-separated policies")
     parser.add_argument(
-        "--kv-fraction", type=float, default=0.09,
+        "--kv-fraction",
+        type=float,
+        default=0.09,
         help="KV cache size as a fraction of the table's tokens (default 0.09: under a tenth)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--sim-profile", default="llama-3.3-70b-4xgpu", help="cost profile for --engine sim"
     )

@@ -91,7 +91,7 @@ async def run_systems(
                 peak_kv_reserved_blocks=result.peak_reserved_blocks,
                 output_rows=len(result.frame),
                 outputs_agree=bool(result.frame.equals(reference.frame)),
-            )  # fmt: skip
+            )
         )
     return records
 
@@ -106,8 +106,19 @@ def write_records(records: list[BenchRecord], path: Path) -> None:
 
 def summary_table(records: list[BenchRecord]) -> RichTable:
     table = RichTable(title="benchmark (speed-up vs operator-at-a-time, same workload)")
-    headers = ("workload", "system", "time (s)", "speed-up", "prefill", "min prefill",
-               "prefill/min", "dep. hit rate", "lost", "retries", "agree")  # fmt: skip
+    headers = (
+        "workload",
+        "system",
+        "time (s)",
+        "speed-up",
+        "prefill",
+        "min prefill",
+        "prefill/min",
+        "dep. hit rate",
+        "lost",
+        "retries",
+        "agree",
+    )
     for header in headers:
         table.add_column(header, justify="left" if header in ("workload", "system") else "right")
     base = {r.workload: r.time_s for r in records if r.system == BASELINE}
@@ -115,8 +126,16 @@ def summary_table(records: list[BenchRecord]) -> RichTable:
         speedup = f"{base[r.workload] / r.time_s:.2f}x" if r.workload in base and r.time_s else "-"
         ratio = r.prefill_tokens / r.min_prefill_tokens if r.min_prefill_tokens else 0.0
         table.add_row(
-            r.workload, r.system, f"{r.time_s:.1f}", speedup, str(r.prefill_tokens),
-            str(r.min_prefill_tokens), f"{ratio:.2f}", f"{r.dependent_hit_rate:.2f}",
-            str(r.lost_prefixes), str(r.retries), str(r.outputs_agree),
-        )  # fmt: skip
+            r.workload,
+            r.system,
+            f"{r.time_s:.1f}",
+            speedup,
+            str(r.prefill_tokens),
+            str(r.min_prefill_tokens),
+            f"{ratio:.2f}",
+            f"{r.dependent_hit_rate:.2f}",
+            str(r.lost_prefixes),
+            str(r.retries),
+            str(r.outputs_agree),
+        )
     return table

@@ -48,7 +48,7 @@ def contractnli(scale: str = "quick", seed: int = 0) -> Workload:
             "evidence",
             max_tokens=48,
             first_bound_tokens=16,
-        )  # fmt: skip
+        )
     )
     return Workload("contractnli", scale, plan, list(contracts["text"]))
 
@@ -59,11 +59,19 @@ def medec(scale: str = "quick", seed: int = 0) -> Workload:
     plan = (
         kalypso.table(notes, name="notes")
         .sem_filter("Does this clinical {text} contain a medical error?")
-        .sem_map("Which sentence of the {text} contains the error? Give its number.",
-                 "error_sentence", max_tokens=16, first_bound_tokens=8)
-        .sem_map("Rewrite the wrong sentence of the {text} correctly.", "correction",
-                 max_tokens=48, first_bound_tokens=16)
-    )  # fmt: skip
+        .sem_map(
+            "Which sentence of the {text} contains the error? Give its number.",
+            "error_sentence",
+            max_tokens=16,
+            first_bound_tokens=8,
+        )
+        .sem_map(
+            "Rewrite the wrong sentence of the {text} correctly.",
+            "correction",
+            max_tokens=48,
+            first_bound_tokens=16,
+        )
+    )
     return Workload("medec", scale, plan, list(notes["text"]))
 
 

@@ -242,9 +242,12 @@ class Table:
         options = ExecutionOptions(policy, max_tasks_in_flight, max_retries, alpha, beta)
         physical = self.physical_plan()
         ctx = ExecContext(
-            engine, PromptLayout(engine.tokenizer, system_prompt), max_retries=max_retries,
-            query_id=query_id or f"q{uuid.uuid4().hex[:8]}", estimator=TokenBoundEstimator(),
-        )  # fmt: skip
+            engine,
+            PromptLayout(engine.tokenizer, system_prompt),
+            max_retries=max_retries,
+            query_id=query_id or f"q{uuid.uuid4().hex[:8]}",
+            estimator=TokenBoundEstimator(),
+        )
         for planned in physical.operators():
             ctx.stats_for(planned.op_id)
         records = self._source.to_dict("records")
@@ -258,10 +261,14 @@ class Table:
         frame = pd.DataFrame([r.values for r in out_rows], columns=list(physical.output_schema))
         operator_stats = tuple(ctx.stats.values())
         return QueryResult(
-            frame=frame, stats=stats_frame(list(operator_stats)), policy=policy,
-            engine=engine.name, time_s=elapsed_s, operator_stats=operator_stats,
+            frame=frame,
+            stats=stats_frame(list(operator_stats)),
+            policy=policy,
+            engine=engine.name,
+            time_s=elapsed_s,
+            operator_stats=operator_stats,
             pipeline_reports=tuple(reports),
-        )  # fmt: skip
+        )
 
     def run(self, engine: Engine, **kwargs: Any) -> QueryResult:
         """Run the plan on ``engine`` and return the output table with statistics.

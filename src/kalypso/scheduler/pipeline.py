@@ -138,8 +138,9 @@ class PipelineScheduler:
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block_size_tokens)
 
-    def reservation(self, stage: int, row: Row, start_op: int, bounds: dict[str, int],
-                    parent: TaskMemory | None) -> tuple[int, int]:  # fmt: skip
+    def reservation(
+        self, stage: int, row: Row, start_op: int, bounds: dict[str, int], parent: TaskMemory | None
+    ) -> tuple[int, int]:
         """``(total_blocks, prefix_blocks)`` for running ``stage`` on ``row`` from op
         ``start_op``: the largest prompt plus its output bound (outputs of earlier ops of
         the stage count toward later prompts), minus the full blocks shared with the
@@ -288,9 +289,11 @@ class PipelineScheduler:
             self.report.retries += 1
             task.retries[error.op_id] = task.retries.get(error.op_id, 0) + 1
             task.bounds[error.op_id] = retry_bound(
-                error.bound_tokens, error.cap_tokens,
-                retries_done=task.retries[error.op_id], max_retries=self.ctx.max_retries,
-            )  # fmt: skip
+                error.bound_tokens,
+                error.cap_tokens,
+                retries_done=task.retries[error.op_id],
+                max_retries=self.ctx.max_retries,
+            )
             total, _ = self.reservation(
                 task.stage, task.row, task.next_op, task.bounds, task.memory.parent
             )
@@ -367,13 +370,15 @@ class PipelineScheduler:
         if self.on_update is None or self.memory is None:
             return
         budgets = self.memory.budgets
-        self.on_update([
-            StageView(
-                done=self.done_per_stage[s],
-                waiting=len(self.waiting[s]),
-                running=self.running_per_stage[s],
-                budget_blocks=budgets.budget_blocks[s],
-                used_blocks=budgets.used_blocks[s],
-            )
-            for s in range(len(self.stages))
-        ])  # fmt: skip
+        self.on_update(
+            [
+                StageView(
+                    done=self.done_per_stage[s],
+                    waiting=len(self.waiting[s]),
+                    running=self.running_per_stage[s],
+                    budget_blocks=budgets.budget_blocks[s],
+                    used_blocks=budgets.used_blocks[s],
+                )
+                for s in range(len(self.stages))
+            ]
+        )

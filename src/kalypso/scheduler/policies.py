@@ -24,9 +24,14 @@ from dataclasses import dataclass
 from kalypso.query.templates import PlanError
 
 POLICY_NAMES = (
-    "adaptive", "pipelined", "parallel-dfs", "parallel-bfs", "static:R", "sequential",
+    "adaptive",
+    "pipelined",
+    "parallel-dfs",
+    "parallel-bfs",
+    "static:R",
+    "sequential",
     "operator-at-a-time",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,11 @@ class ProgressView:
             table.add_column(header, justify="right")
         for number, view in enumerate(views, start=1):
             table.add_row(
-                str(number), str(view.done), str(view.waiting), str(view.running),
-                str(view.budget_blocks), str(view.used_blocks),
-            )  # fmt: skip
+                str(number),
+                str(view.done),
+                str(view.waiting),
+                str(view.running),
+                str(view.budget_blocks),
+                str(view.used_blocks),
+            )
         self._live.update(table)
