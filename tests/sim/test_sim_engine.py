@@ -203,9 +203,9 @@ def test_pin_keeps_a_prefix_cached_under_pressure_until_unpinned() -> None:
     assert run(scenario()) == (0.5, 12, 0)
 
 
-def test_request_that_cannot_fit_beside_pinned_blocks_fails() -> None:
+def test_request_that_cannot_fit_beside_pinned_blocks_fails_when_asked() -> None:
     async def scenario() -> GenerateResult:
-        engine = make_engine(num_blocks=8)
+        engine = make_engine(num_blocks=8, fail_when_pinned_out=True)
         await engine.generate(make_request("p", range(16), pin_key="k"))
         with pytest.raises(EngineError, match=r"'big'.*4 of the 8 blocks are pinned"):
             await engine.generate(make_request("big", range(200, 220)))
@@ -213,6 +213,25 @@ def test_request_that_cannot_fit_beside_pinned_blocks_fails() -> None:
         return await engine.generate(make_request("big", range(200, 220)))
 
     assert run(scenario()).prompt_tokens == 20
+
+
+def test_pinned_out_request_waits_like_vllm_until_unpinned() -> None:
+    """The deadlock shape the scheduler detects: waiting requests and none running."""
+
+    async def scenario() -> tuple[int, int, GenerateResult]:
+        engine = make_engine(num_blocks=8)
+        await engine.generate(make_request("p", range(16), pin_key="k"))
+        big = asyncio.ensure_future(engine.generate(make_request("big", range(200, 220))))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        stats = await engine.stats()
+        assert not big.done()
+        await engine.unpin_all()
+        return stats.waiting_requests, stats.running_requests, await big
+
+    waiting, running, result = run(scenario())
+    assert (waiting, running) == (1, 0)
+    assert result.prompt_tokens == 20
 
 
 def test_virtual_clock_is_the_sum_of_step_costs() -> None:

@@ -79,6 +79,7 @@ def test_every_request_ends_once_and_blocks_are_released(workload: Workload) -> 
         max_num_seqs=workload.max_num_seqs,
         max_num_batched_tokens=workload.max_num_batched_tokens,
         outputs=outputs,
+        fail_when_pinned_out=True,  # without it, a request pinned out waits (as in vLLM)
     )
     pool = engine.block_pool
 

@@ -26,9 +26,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="KV cache size as a fraction of the table's tokens (default 0.09: under a tenth)",
     )
     parser.add_argument(
+        "--kv-tokens",
+        type=int,
+        default=None,
+        help="KV cache size in tokens (overrides --kv-fraction)",
+    )
+    parser.add_argument(
         "--sim-profile", default="llama-3.3-70b-4xgpu", help="cost profile for --engine sim"
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON file to append records to")
+
+
+def _kv_tokens(args: argparse.Namespace, table_tokens: int) -> int:
+    return int(args.kv_tokens or table_tokens * args.kv_fraction)
 
 
 async def _engine_for(args: argparse.Namespace, table_tokens: int) -> Engine:
@@ -37,14 +47,14 @@ async def _engine_for(args: argparse.Namespace, table_tokens: int) -> Engine:
 
         profile = get_profile(args.sim_profile)
         block = profile.capacity.block_size_tokens
-        blocks = max(4, int(table_tokens * args.kv_fraction) // block)
+        blocks = max(4, _kv_tokens(args, table_tokens) // block)
         return SimEngine(profile, num_blocks=blocks, max_model_len_tokens=blocks * block)
     from kalypso.engine.vllm_local import LocalVLLMEngine
     from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
     from kalypso.models import resolve_model
 
     per_token = kv_bytes_per_token(resolve_model()) or 23_040
-    kv_bytes = int(table_tokens * args.kv_fraction) * per_token
+    kv_bytes = _kv_tokens(args, table_tokens) * per_token
     return await LocalVLLMEngine.start(VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=16))
 
 

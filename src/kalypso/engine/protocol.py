@@ -215,6 +215,10 @@ class Engine(Protocol):
         """Release the blocks kept under ``pin_key`` (no-op if nothing is pinned)."""
         ...
 
+    async def unpin_all(self) -> None:
+        """Release every pin (deadlock recovery)."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -46,6 +46,14 @@ def set_bound_overrides(bounds: dict[str, int] | None) -> None:
     _BOUND_OVERRIDES.set(bounds)
 
 
+_PIN_KEY: ContextVar[str | None] = ContextVar("kalypso_pin_key", default=None)
+
+
+def set_pin_key(pin_key: str | None) -> None:
+    """Explicit pinning: calls made in this asyncio task keep their blocks under the key."""
+    _PIN_KEY.set(pin_key)
+
+
 @dataclass
 class ExecContext:
     """Per-query execution state (no globals: two queries on one engine do not clash).
@@ -137,6 +145,7 @@ class ExecContext:
                 prompt_token_ids=prompt,
                 max_tokens=bound,
                 priority=priority,
+                pin_key=_PIN_KEY.get(),
             )
             expected = self.expected_cached_tokens(row, prompt)
             result = await self.engine.generate(request)

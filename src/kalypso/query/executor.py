@@ -50,6 +50,9 @@ class ExecutionOptions:
         max_retries: re-issues of a call that hit its token bound (operator-at-a-time;
             the scheduler re-enqueues until the operator's cap instead).
         alpha, beta: Algorithm 1's saturation and starvation thresholds.
+        pinning: ``"virtual"`` (admission control alone keeps prefixes cached under LRU)
+            or ``"explicit"`` (the engine pins each parent's blocks until its children are
+            done; needs an engine with ``supports_pinning``).
     """
 
     policy: str = "adaptive"
@@ -57,8 +60,11 @@ class ExecutionOptions:
     max_retries: int = 2
     alpha: float = 1.0
     beta: float = 0.5
+    pinning: str = "virtual"
 
     def __post_init__(self) -> None:
+        if self.pinning not in ("virtual", "explicit"):
+            raise PlanError(f"pinning must be 'virtual' or 'explicit', got {self.pinning!r}")
         parse_policy(self.policy)  # raises PlanError for unknown names
         if self.max_tasks_in_flight is not None and self.max_tasks_in_flight < 1:
             raise PlanError("max_tasks_in_flight must be at least 1")
@@ -157,6 +163,11 @@ async def execute(
     """Run every pipeline in order; returns the output tuples and one report per pipeline
     run by the scheduler. ``ledger`` is shared by the queries running on one engine."""
     precheck(physical, rows, ctx)
+    if options.pinning == "explicit" and not ctx.engine.supports_pinning:
+        raise PlanError(
+            f"explicit pinning needs an engine that supports it; {ctx.engine.name} does not"
+            " (vLLM: start it with scheduler_cls=kalypso.engine.vllm_pinning.PINNING_SCHEDULER_CLS)"
+        )
     policy = parse_policy(options.policy)
     if policy is not None and options.max_tasks_in_flight is not None:
         cap = min(
@@ -178,7 +189,9 @@ async def execute(
         if policy is None:
             rows = await _operator_at_a_time(pipeline.stages, rows, ctx)
             continue
-        settings = SchedulerSettings(alpha=options.alpha, beta=options.beta)
+        settings = SchedulerSettings(
+            alpha=options.alpha, beta=options.beta, explicit_pinning=options.pinning == "explicit"
+        )
         number = pipeline.number
 
         def update(views: list[StageView], number: int = number) -> None:

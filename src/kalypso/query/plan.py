@@ -237,9 +237,10 @@ class Table:
         progress: bool = False,
         alpha: float = 1.0,
         beta: float = 0.5,
+        pinning: str = "virtual",
     ) -> QueryResult:
         """Run the plan on ``engine`` (async). See :meth:`run`."""
-        options = ExecutionOptions(policy, max_tasks_in_flight, max_retries, alpha, beta)
+        options = ExecutionOptions(policy, max_tasks_in_flight, max_retries, alpha, beta, pinning)
         physical = self.physical_plan()
         ctx = ExecContext(
             engine,
@@ -283,6 +284,8 @@ class Table:
                 running at once on the same engine (default: one for this query).
             progress: show a live per-stage view while running.
             alpha, beta: Algorithm 1's thresholds.
+            pinning: ``"virtual"`` (default) or ``"explicit"`` (engine pins; deadlocks
+                are detected and broken by releasing all pins).
 
         Raises:
             PlanError: before any LLM call, for values that cannot enter a prompt or

@@ -34,6 +34,8 @@ class KVLedger:
     capacity_blocks: int
     reserved_blocks: int = 0
     peak_reserved_blocks: int = 0
+    running_tasks: int = 0
+    """Tasks running now, over all queries on the engine."""
 
     def fits(self, blocks: int) -> bool:
         return self.reserved_blocks + blocks <= self.capacity_blocks
@@ -116,18 +118,21 @@ class MemoryManager:
         * a stage with nothing running admits a task larger than its budget if the
           ledger has room (estimates of a stage's minimum can be too small);
         * a query with nothing running admits its next task even beyond the ledger when
-          the ledger holds nothing at all (a task larger than the whole cache: the
-          engine will still run it, with evictions).
+          no task of any query is running: what the ledger holds then are prefixes kept
+          for children that do not fit beside them, or a task larger than the whole
+          cache; the engine still runs it (evicting, or - with explicit pins - stalling
+          until the deadlock handler unpins).
         """
         blocks = task.total_blocks
         if self.budgets.free_blocks(task.stage) >= blocks and self.ledger.fits(blocks):
             return True
         if stage_idle and self.ledger.fits(blocks):
             return True
-        return query_idle and self.ledger.reserved_blocks == 0
+        return query_idle and self.ledger.running_tasks == 0
 
     def allocate(self, task: TaskMemory) -> None:
         self._hold(task, task.total_blocks)
+        self.ledger.running_tasks += 1
 
     def complete(self, task: TaskMemory, *, children: int) -> list[TaskMemory]:
         """``task`` finished with ``children`` new child tasks (0 if filtered or last).
@@ -136,6 +141,7 @@ class MemoryManager:
         """
         task.completed = True
         task.pending_children = children
+        self.ledger.running_tasks -= 1
         if children > 0:
             self._hold(task, min(task.prefix_blocks, task.total_blocks))
             return []
@@ -144,6 +150,7 @@ class MemoryManager:
     def requeue(self, task: TaskMemory, total_blocks: int) -> None:
         """Release a task that will run again (a retry) and set its new reservation."""
         self._hold(task, 0)
+        self.ledger.running_tasks -= 1
         task.total_blocks = total_blocks
 
     def _finish(self, task: TaskMemory) -> list[TaskMemory]:

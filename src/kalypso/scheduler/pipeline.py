@@ -38,7 +38,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kalypso.query.context import BoundExceeded, ExecContext, retry_bound, set_bound_overrides
+from kalypso.query.context import (
+    BoundExceeded,
+    ExecContext,
+    retry_bound,
+    set_bound_overrides,
+    set_pin_key,
+)
 from kalypso.query.operators import CartesianOperator, PipelinedOperator
 from kalypso.query.planner import Stage
 from kalypso.query.rows import Row
@@ -91,6 +97,9 @@ class PipelineReport:
     admitted: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
     moves: list[BudgetMove] = field(default_factory=list)
     retries: int = 0
+    deadlocks: int = 0
+    """Times the engine had waiting requests and none running (explicit pinning); each
+    released all pins and fell back to virtual pinning for the rest of the pipeline."""
     initial_budgets_blocks: list[int] = field(default_factory=list)
     final_budgets_blocks: list[int] = field(default_factory=list)
     min_budgets_blocks: list[int] = field(default_factory=list)
@@ -104,6 +113,11 @@ class SchedulerSettings:
 
     alpha: float = 1.0
     beta: float = 0.5
+    explicit_pinning: bool = False
+    """Pin each parent task's blocks in the engine until its last child is done."""
+    deadlock_check_s: float = 0.25
+    """How long (wall time) without a completion before asking the engine whether it is
+    stuck (waiting requests, none running)."""
 
 
 class PipelineScheduler:
@@ -133,6 +147,9 @@ class PipelineScheduler:
         self._ids = itertools.count()
         self._iteration = 0
         self.memory: MemoryManager | None = None
+        self.pinning = self.settings.explicit_pinning
+        self._to_unpin: list[str] = []
+        self._owners: dict[int, Task] = {}
 
     # ---- sizing ------------------------------------------------------------------
     def _blocks(self, tokens: int) -> int:
@@ -214,11 +231,19 @@ class PipelineScheduler:
                 if not self.running:
                     await asyncio.sleep(0.005)  # other queries hold the ledger; let them finish
                     continue
-                finished, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+                finished, _ = await asyncio.wait(
+                    self.running,
+                    timeout=self.settings.deadlock_check_s if self.pinning else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if not finished:
+                    await self._check_deadlock()
+                    continue
                 for handle in sorted(finished, key=lambda h: self.running[h].task_id):
                     task = self.running.pop(handle)
                     self.running_per_stage[task.stage] -= 1
                     self._complete(task, handle, outputs)
+                await self._release_pins()
                 self._iteration += 1
                 if self.policy.rebalance:
                     self._rebalance()
@@ -231,9 +256,30 @@ class PipelineScheduler:
             self.report.peak_reserved_blocks = self.ledger.peak_reserved_blocks
         return sorted(outputs, key=lambda r: r.key)
 
+    def _pin_key(self, task: Task) -> str:
+        return f"{self.ctx.query_id}:task{task.task_id}"
+
+    async def _release_pins(self) -> None:
+        keys, self._to_unpin = self._to_unpin, []
+        if self.settings.explicit_pinning:
+            for key in keys:
+                await self.ctx.engine.unpin(key)
+
+    async def _check_deadlock(self) -> None:
+        """Explicit pins can hold the memory a waiting request needs while the tasks that
+        would release them wait for it: the engine then has waiting requests and none
+        running. Release every pin and continue with virtual pinning."""
+        stats = await self.ctx.engine.stats()
+        if stats.waiting_requests > 0 and stats.running_requests == 0:
+            self.report.deadlocks += 1
+            self.pinning = False
+            await self.ctx.engine.unpin_all()
+
     def _new_task(self, stage: int, row: Row, parent: TaskMemory | None) -> Task:
         total, prefix = self.reservation(stage, row, 0, {}, parent)
-        return Task(next(self._ids), stage, row, TaskMemory(stage, total, prefix, parent))
+        task = Task(next(self._ids), stage, row, TaskMemory(stage, total, prefix, parent))
+        self._owners[id(task.memory)] = task
+        return task
 
     def _launch(self) -> None:
         assert self.memory is not None
@@ -260,6 +306,8 @@ class PipelineScheduler:
     async def _run_task(self, task: Task) -> Row | None:
         """The stage's operators in order on the task's tuple (from ``next_op``)."""
         set_bound_overrides(task.bounds or None)
+        pins = self.pinning and task.stage + 1 < len(self.stages)
+        set_pin_key(self._pin_key(task) if pins else None)
         priority = len(self.stages) - 1 - task.stage
         stage = self.stages[task.stage]
         row: Row | None = task.row
@@ -315,6 +363,9 @@ class PipelineScheduler:
             outputs.append(row)
         for done in self.memory.complete(task.memory, children=len(children)):
             self.done_per_stage[done.stage] += 1
+            owner = self._owners.pop(id(done), None)
+            if owner is not None and owner.stage + 1 < len(self.stages):
+                self._to_unpin.append(self._pin_key(owner))
         self.waiting[task.stage + 1 if children else task.stage].extend(children)
 
     def _expand(self, product_planned: object, rows: list[Row]) -> list[Row]:

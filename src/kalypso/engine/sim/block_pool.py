@@ -110,6 +110,10 @@ class BlockPool:
     def num_cached_blocks(self) -> int:
         return sum(len(blocks) for blocks in self._cached.values())
 
+    def pin_keys(self) -> list[str]:
+        """The keys that pin blocks now."""
+        return list(self._pins)
+
     @property
     def num_pinned_blocks(self) -> int:
         return sum(len(blocks) for blocks in self._pins.values())

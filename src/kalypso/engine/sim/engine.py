@@ -54,6 +54,7 @@ class SimEngine:
             given; a request that could outgrow the pool is then rejected.
         max_num_seqs: most requests running at once.
         max_num_batched_tokens: tokens computed per step (chunked prefill).
+        fail_when_pinned_out: fail (rather than keep waiting) a request that pins keep out.
         outputs: the output model (default: ``SimOutputModel()``).
         tokenizer: any tokenizer (default: a :class:`WordTokenizer`).
         on_kv_event: called with every KV cache event (``BlockStored``,
@@ -65,8 +66,10 @@ class SimEngine:
         num_steps: steps that computed something.
 
     A request with a ``pin_key`` keeps its full (cached) blocks referenced after it
-    finishes, until ``unpin(pin_key)``; a request that can never be admitted beside the
-    pinned blocks fails with :class:`EngineError` instead of waiting forever.
+    finishes, until ``unpin(pin_key)``. A request that cannot be admitted beside the
+    pinned blocks waits, as in vLLM (stats then show waiting requests and none running:
+    a deadlock the caller must break by unpinning); with ``fail_when_pinned_out`` it
+    fails with :class:`EngineError` instead.
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class SimEngine:
         max_model_len_tokens: int | None = None,
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 2048,
+        fail_when_pinned_out: bool = False,
         outputs: SimOutputModel | None = None,
         tokenizer: Tokenizer | None = None,
         on_kv_event: KVEventSink | None = None,
@@ -96,7 +100,7 @@ class SimEngine:
         self.block_pool = BlockPool(self._capacity.num_blocks, on_event=on_kv_event)
         self._scheduler = Scheduler(
             KVCacheManager(self.block_pool, self._capacity.block_size_tokens),
-            SchedulerConfig(max_num_seqs, max_num_batched_tokens),
+            SchedulerConfig(max_num_seqs, max_num_batched_tokens, fail_when_pinned_out),
         )
         self._yields_per_step = yields_per_step
         self._futures: dict[str, asyncio.Future[GenerateResult]] = {}
@@ -207,6 +211,13 @@ class SimEngine:
     async def unpin(self, pin_key: str) -> None:
         """Release the blocks pinned under ``pin_key`` (no-op if none)."""
         self.block_pool.unpin(pin_key)
+        self._wake_loop()
+
+    async def unpin_all(self) -> None:
+        """Release every pin (deadlock recovery)."""
+        for pin_key in self.block_pool.pin_keys():
+            self.block_pool.unpin(pin_key)
+        self._wake_loop()
 
     async def close(self) -> None:
         """Stop the step loop and fail every pending request with EngineError."""

@@ -37,6 +37,10 @@ class SchedulerConfig:
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
+    fail_when_pinned_out: bool = False
+    """A request that cannot get its blocks even with nothing else running (pins hold
+    them): False waits, as vLLM does (the engine then reports waiting requests and none
+    running, which is how a deadlock shows); True fails it with EngineError."""
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
@@ -165,7 +169,13 @@ class Scheduler:
         while self.kv.allocate_slots(request, num_new) is None:
             victim = max(self.running, key=lambda r: r.admission_key)
             if victim is request and len(self.running) == 1:
-                self._fail(request, plan)
+                if self.config.fail_when_pinned_out:
+                    self._fail(request, plan)
+                else:
+                    self.running.remove(request)
+                    plan.remove(request.request_id)
+                    self._preempt(request)
+                    plan.preempted.append(request.request_id)
                 return False
             self.running.remove(victim)
             plan.remove(victim.request_id)
@@ -185,7 +195,7 @@ class Scheduler:
             hit = self.kv.get_computed_blocks(request)
             num_new = min(request.num_tokens - hit.num_tokens, self._budget_left(plan))
             if self.kv.allocate_slots(request, num_new, hit) is None:
-                if self.running:
+                if self.running or not self.config.fail_when_pinned_out:
                     return
                 heapq.heappop(self._waiting)
                 self._fail(request, plan)
