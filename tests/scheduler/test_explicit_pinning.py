@@ -11,7 +11,8 @@ import pytest
 import kalypso
 from kalypso.engine.sim import SimEngine, SimOutputModel
 
-VOCAB = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+VOCAB = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+VOCAB += ["eta", "theta", "iota", "kappa", "lambda", "mu"]
 HYPOTHESES = pd.DataFrame({"h": [f"hypothesis number {k} holds" for k in range(5)]})
 
 
