@@ -5,8 +5,9 @@
             -> sem_map on the matches (why, in a few words)
 
 The plan runs operator-at-a-time (what today's systems do: every operator over the whole
-table before the next), then pipelined (tasks flow through the stages while each review's
-prefix is still in the KV cache), each after a prefix-cache reset. Both use greedy
+table before the next), then with the adaptive memory-aware scheduler (tasks flow through
+the stages while each review's prefix is still in the KV cache), each after a prefix-cache
+reset. Both use greedy
 decoding, so both return the same rows; the table printed at the end compares their time,
 LLM calls, prompt tokens, cached tokens and prefill tokens computed.
 """
@@ -70,16 +71,12 @@ def comparison_table(results: list[QueryResult], engine: Engine) -> RichTable:
     return table
 
 
-async def run_plan_both_ways(
-    plan: kalypso.Table, engine: Engine, *, max_tasks_in_flight: int = 4
-) -> list[QueryResult]:
-    """Operator-at-a-time, then pipelined, each from an empty prefix cache."""
+async def run_plan_both_ways(plan: kalypso.Table, engine: Engine) -> list[QueryResult]:
+    """Operator-at-a-time, then the adaptive scheduler, each from an empty prefix cache."""
     results = []
-    for policy in ("operator-at-a-time", "pipelined"):
+    for policy in ("operator-at-a-time", "adaptive"):
         await engine.reset_prefix_cache()
-        results.append(
-            await plan.arun(engine, policy=policy, max_tasks_in_flight=max_tasks_in_flight)
-        )
+        results.append(await plan.arun(engine, policy=policy))
     return results
 
 
@@ -103,7 +100,7 @@ async def run_demo(
         )
         engine = await LocalVLLMEngine.start(settings)
     try:
-        with console.status("running operator-at-a-time, then pipelined ..."):
+        with console.status("running operator-at-a-time, then adaptive ..."):
             results = await run_plan_both_ways(plan, engine)
     finally:
         await engine.close()
@@ -112,6 +109,8 @@ async def run_demo(
         out.print(f"({len(results[-1].frame)} rows)")
         out.print(results[-1].stats.to_string(index=False))
     out.print(comparison_table(results, engine))
+    for result in results:
+        out.print(result.report())
     same = results[0].frame.equals(results[1].frame)
     out.print(f"same rows and values under both policies: {same}")
     return results

@@ -7,7 +7,10 @@
   sentence) -> sem_map (the corrected sentence); one stage.
 
 ``quick`` sizes fit a few minutes on 2 CPU cores with the bundled model; ``paper`` sizes
-are the paper's table sizes (for the simulator).
+are the paper's table sizes (for the simulator). The filters are phrased as negated
+questions ("is it unrelated to ...?", kept when the answer is no): the bundled 135M model
+answers "No" to nearly every yes/no question about a long document, and the paper's
+workloads keep most tuples (all 607 ContractNLI documents are NDAs).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def contractnli(scale: str = "quick", seed: int = 0) -> Workload:
     hypotheses = data.hypotheses[["hypothesis"]]
     plan = (
         kalypso.table(contracts, name="contracts")
-        .sem_filter("Is this {text} a non-disclosure or confidentiality agreement?")
+        .sem_filter("Is this {text} unrelated to confidentiality obligations?", negate=True)
         .sem_join(
             kalypso.table(hypotheses, name="hypotheses"),
             "Does the contract {text} state that: {hypothesis}",
@@ -58,7 +61,7 @@ def medec(scale: str = "quick", seed: int = 0) -> Workload:
     notes = clinical_notes.generate(n=n, seed=seed)[["note_id", "text"]]
     plan = (
         kalypso.table(notes, name="notes")
-        .sem_filter("Does this clinical {text} contain a medical error?")
+        .sem_filter("Is this clinical {text} free of medical errors?", negate=True)
         .sem_map(
             "Which sentence of the {text} contains the error? Give its number.",
             "error_sentence",

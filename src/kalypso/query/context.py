@@ -2,8 +2,8 @@
 
 Operators never call the engine directly: :meth:`ExecContext.complete` builds the
 token-exact prompt ``[system | row context | task]``, checks it fits the context window,
-re-issues a call whose answer hit a token bound below the operator's cap (doubling the
-bound, at most ``max_retries`` times), and records every call in the operator's statistics.
+signals a call whose answer hit a token bound below the operator's cap (the scheduler
+re-enqueues it), and records every call in the operator's statistics.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from kalypso.scheduler.estimator import TokenBoundEstimator
 
 
 class BoundExceeded(Exception):
-    """A call stopped at a token bound below its operator's cap; raised instead of an
-    inline retry when a scheduler owns retries (it re-reserves memory and re-enqueues)."""
+    """A call stopped at a token bound below its operator's cap; the scheduler re-reserves
+    memory for a larger bound and re-enqueues the task."""
 
     def __init__(self, op_id: str, bound_tokens: int, cap_tokens: int) -> None:
         super().__init__(f"{op_id}: answer reached its bound of {bound_tokens} tokens")
@@ -60,9 +60,10 @@ class ExecContext:
 
     Attributes:
         estimator: online output bounds for generative operators (None: their own).
-        inline_retries: re-issue a call that hit its bound here (operator-at-a-time);
-            when false, raise :class:`BoundExceeded` for the scheduler to handle.
-        priority_by_stage: engine priority for calls of tasks in each stage.
+        bounded_outputs: start generative calls below their cap and raise
+            :class:`BoundExceeded` when a bound is reached (set by the scheduler, which
+            reserves memory per bound); otherwise every call runs with its cap.
+        max_retries: re-enqueues of a task at doubled bounds before going to the cap.
     """
 
     engine: Engine
@@ -71,7 +72,7 @@ class ExecContext:
     max_retries: int = 2
     query_id: str = "q"
     estimator: TokenBoundEstimator | None = None
-    inline_retries: bool = True
+    bounded_outputs: bool = False
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def stats_for(self, op_id: str) -> OperatorStats:
@@ -125,40 +126,37 @@ class ExecContext:
     ) -> GenerateResult:
         """One LLM call for operator ``op_id`` on ``row``.
 
-        ``max_tokens`` is the operator's hard cap. Operators that give
-        ``first_bound_tokens`` (generative ones) start below it (:meth:`first_bound`);
-        when an answer stops at a bound below the cap, the call is re-issued with twice
-        the bound (capped), at most ``max_retries`` times, each counted in ``retries`` -
-        or, without ``inline_retries``, :class:`BoundExceeded` is raised. An answer cut
-        at ``max_tokens`` is what the user asked for and is returned.
+        ``max_tokens`` is the operator's hard cap. Under a scheduler
+        (``bounded_outputs``), operators that give ``first_bound_tokens`` (generative
+        ones) start below the cap (:meth:`first_bound`) so the scheduler reserves less KV
+        memory; an answer that stops at such a bound raises :class:`BoundExceeded`, and
+        the scheduler re-enqueues the task with a larger bound (the cap on the last
+        allowed retry, so answers never depend on the bounds tried). Without a scheduler
+        (operator-at-a-time) every call runs with the cap. An answer cut at the cap is
+        what the user asked for and is returned.
 
         Every call updates the operator's statistics, including whether the prefix the
         tuple's previous call left in the cache was still there (``lost_prefixes``).
         """
         stats = self.stats_for(op_id)
         prompt = self.prompt_for(row, columns, task)
-        bound = self.first_bound(op_id, len(prompt), max_tokens, first_bound_tokens)
-        for attempt in range(self.max_retries + 2):
-            row_key = ".".join(map(str, row.key))
-            request = GenerateRequest(
-                request_id=f"{self.query_id}:{op_id}:{row_key}:{next(self._ids)}",
-                prompt_token_ids=prompt,
-                max_tokens=bound,
-                priority=priority,
-                pin_key=_PIN_KEY.get(),
-            )
-            expected = self.expected_cached_tokens(row, prompt)
-            result = await self.engine.generate(request)
-            row.last_prompt = prompt
-            stats.record(result, expected_cached_tokens=expected)
-            if self.estimator is not None and first_bound_tokens is not None:
-                self.estimator.observe(op_id, result.prompt_tokens, result.output_tokens)
-            if result.finish_reason != "length" or bound >= max_tokens:
-                return result
-            if not self.inline_retries:
-                raise BoundExceeded(op_id, bound, max_tokens)
-            stats.retries += 1
-            bound = retry_bound(
-                bound, max_tokens, retries_done=attempt + 1, max_retries=self.max_retries
-            )
-        raise AssertionError("unreachable: the last attempt runs at the cap")
+        bound = max_tokens
+        if self.bounded_outputs:
+            bound = self.first_bound(op_id, len(prompt), max_tokens, first_bound_tokens)
+        row_key = ".".join(map(str, row.key))
+        request = GenerateRequest(
+            request_id=f"{self.query_id}:{op_id}:{row_key}:{next(self._ids)}",
+            prompt_token_ids=prompt,
+            max_tokens=bound,
+            priority=priority,
+            pin_key=_PIN_KEY.get(),
+        )
+        expected = self.expected_cached_tokens(row, prompt)
+        result = await self.engine.generate(request)
+        row.last_prompt = prompt
+        stats.record(result, expected_cached_tokens=expected)
+        if self.estimator is not None and first_bound_tokens is not None:
+            self.estimator.observe(op_id, result.prompt_tokens, result.output_tokens)
+        if result.finish_reason == "length" and bound < max_tokens:
+            raise BoundExceeded(op_id, bound, max_tokens)
+        return result

@@ -47,8 +47,8 @@ class ExecutionOptions:
     Attributes:
         policy: a name from :data:`kalypso.scheduler.policies.POLICY_NAMES`.
         max_tasks_in_flight: optional cap on tasks running at once (budget policies).
-        max_retries: re-issues of a call that hit its token bound (operator-at-a-time;
-            the scheduler re-enqueues until the operator's cap instead).
+        max_retries: re-enqueues of a task whose call hit its output bound, at doubled
+            bounds, before the last one at the operator's cap (scheduled policies).
         alpha, beta: Algorithm 1's saturation and starvation thresholds.
         pinning: ``"virtual"`` (admission control alone keeps prefixes cached under LRU)
             or ``"explicit"`` (the engine pins each parent's blocks until its children are
@@ -175,7 +175,7 @@ async def execute(
         )
         policy = replace(policy, max_running_tasks=cap)
     ledger = ledger or KVLedger(ctx.engine.capacity.num_blocks)
-    ctx.inline_retries = policy is None
+    ctx.bounded_outputs = policy is not None
     reports: list[PipelineReport] = []
     for pipeline in physical.pipelines:
         if pipeline.barrier is not None:

@@ -69,14 +69,17 @@ def default_verdict(text: str) -> bool:
 
 
 class SemFilter(PipelinedOperator):
-    """Keep the tuples for which the LLM answers yes."""
+    """Keep the tuples for which the LLM answers yes (``negate=True``: answers no)."""
 
     kind = "sem_filter"
     contract: ClassVar[OperatorContract] = OperatorContract(True, True, False)
 
-    def __init__(self, instruction: str, *, max_tokens: int = FILTER_MAX_TOKENS) -> None:
+    def __init__(
+        self, instruction: str, *, max_tokens: int = FILTER_MAX_TOKENS, negate: bool = False
+    ) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
         self.max_tokens = positive_tokens(max_tokens, self.kind)
+        self.negate = negate
         self.task = self.instruction.task_text() + " Answer yes or no."
 
     def output_schema(self, schema: Schema) -> Schema:
@@ -84,7 +87,7 @@ class SemFilter(PipelinedOperator):
         return schema
 
     def describe(self) -> str:
-        return f"sem_filter {self.instruction.text!r}"
+        return f"sem_filter {'NOT ' if self.negate else ''}{self.instruction.text!r}"
 
     def max_output_tokens(self) -> int:
         return self.max_tokens
@@ -105,7 +108,7 @@ class SemFilter(PipelinedOperator):
         if verdict is None:
             ctx.stats_for(op_id).unparsed += 1
             verdict = default_verdict(result.text)
-        return row if verdict else None
+        return row if verdict != self.negate else None
 
 
 class SemMap(PipelinedOperator):

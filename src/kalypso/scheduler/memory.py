@@ -143,7 +143,8 @@ class MemoryManager:
         task.pending_children = children
         self.ledger.running_tasks -= 1
         if children > 0:
-            self._hold(task, min(task.prefix_blocks, task.total_blocks))
+            inherited = task.parent.prefix_blocks if task.parent is not None else 0
+            self._hold(task, max(0, min(task.prefix_blocks - inherited, task.total_blocks)))
             return []
         return self._finish(task)
 

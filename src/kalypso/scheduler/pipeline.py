@@ -157,35 +157,51 @@ class PipelineScheduler:
 
     def reservation(
         self, stage: int, row: Row, start_op: int, bounds: dict[str, int], parent: TaskMemory | None
-    ) -> tuple[int, int]:
-        """``(total_blocks, prefix_blocks)`` for running ``stage`` on ``row`` from op
-        ``start_op``: the largest prompt plus its output bound (outputs of earlier ops of
-        the stage count toward later prompts), minus the full blocks shared with the
-        parent; and the full blocks of the tuple's ``[system | context]``."""
+    ) -> tuple[int, int, dict[str, int]]:
+        """``(total_blocks, prefix_blocks, bounds)`` for running ``stage`` on ``row`` from
+        op ``start_op``.
+
+        ``total_blocks``: the largest prompt plus its output bound (outputs of earlier ops
+        of the stage count toward later prompts), rounded up to blocks, minus the full
+        blocks the first prompt shares with the parent's last prompt (the parent holds
+        those). ``prefix_blocks``: the full blocks of the tuple's ``[system | context]``.
+        ``bounds``: the output bound per operator the reservation assumed; the task's
+        calls use exactly these (a later estimate could otherwise exceed it).
+        """
         total_tokens = 0
         prefix_tokens = 0
         produced_tokens = 0
+        shared_tokens: int | None = None
+        used_bounds = dict(bounds)
         for planned in self.stages[stage].operators[start_op:]:
             parts = planned.operator.prompt_parts()
             if parts is None:
                 continue
             columns, task = parts
             known = tuple(c for c in columns if c in row.values)
-            prompt_tokens = len(self.ctx.prompt_for(row, known, task)) + produced_tokens
+            prompt = self.ctx.prompt_for(row, known, task)
+            if shared_tokens is None:
+                shared_tokens = self.ctx.expected_cached_tokens(row, prompt)
+            prompt_tokens = len(prompt) + produced_tokens
             cap = planned.operator.max_output_tokens()
             first = getattr(planned.operator, "first_bound_tokens", None)
-            bound = bounds.get(planned.op_id) or self.ctx.first_bound(
+            bound = used_bounds.get(planned.op_id) or self.ctx.first_bound(
                 planned.op_id, prompt_tokens, cap, first
             )
+            used_bounds[planned.op_id] = bound
             total_tokens = max(total_tokens, prompt_tokens + bound)
             context_tokens = self.ctx.layout.head_tokens + len(
                 row.context_ids(known, self.ctx.engine.tokenizer)
             )
             prefix_tokens = max(prefix_tokens, context_tokens)
             produced_tokens += bound
-        shared = parent.prefix_blocks if parent is not None else 0
+        shared = 0
+        if parent is not None:
+            shared = parent.prefix_blocks
+            if row.last_prompt is not None:  # the parent has run: count what is shared
+                shared = min(shared, (shared_tokens or 0) // self.block_size_tokens)
         total = max(self._blocks(total_tokens) - shared, 1 if total_tokens else 0)
-        return total, prefix_tokens // self.block_size_tokens
+        return total, prefix_tokens // self.block_size_tokens, used_bounds
 
     def min_budgets(self, rows: list[Row]) -> list[int]:
         """Each stage's minimum budget: the largest reservation among sampled tasks."""
@@ -197,13 +213,13 @@ class PipelineScheduler:
                 product = stage.product
                 assert product is not None and isinstance(product.operator, CartesianOperator)
                 children = []
-                for row, memory in parents[:2]:
+                for row, memory in parents[:4]:
                     for child in product.operator.partners(row)[:SAMPLE_ROWS]:
                         children.append((child, memory))
                 parents = children
             sized = []
             for row, parent in parents:
-                total, prefix = self.reservation(index, row, 0, {}, parent)
+                total, prefix, _ = self.reservation(index, row, 0, {}, parent)
                 sized.append((row, TaskMemory(index, total, prefix, parent)))
             minimums.append(max([m.total_blocks for _, m in sized], default=1) or 1)
             parents = [(row, memory) for row, memory in sized]
@@ -276,8 +292,12 @@ class PipelineScheduler:
             await self.ctx.engine.unpin_all()
 
     def _new_task(self, stage: int, row: Row, parent: TaskMemory | None) -> Task:
-        total, prefix = self.reservation(stage, row, 0, {}, parent)
+        total, prefix, bounds = self.reservation(stage, row, 0, {}, parent)
         task = Task(next(self._ids), stage, row, TaskMemory(stage, total, prefix, parent))
+        task.bounds = bounds
+        if self.memory is not None:  # a task larger than sampled raises its stage's minimum
+            minimums = self.memory.budgets.min_budget_blocks
+            minimums[stage] = max(minimums[stage], total)
         self._owners[id(task.memory)] = task
         return task
 
@@ -292,7 +312,10 @@ class PipelineScheduler:
                 task = queue[0]
                 if not self.memory.admits(
                     task.memory,
-                    stage_idle=self.running_per_stage[stage] == 0,
+                    # idle: runs nothing and holds nothing (held prefixes wait for deeper
+                    # stages; taking their room would fill it with more such prefixes)
+                    stage_idle=self.running_per_stage[stage] == 0
+                    and self.memory.budgets.used_blocks[stage] == 0,
                     query_idle=not self.running,
                 ):
                     break
@@ -342,7 +365,7 @@ class PipelineScheduler:
                 retries_done=task.retries[error.op_id],
                 max_retries=self.ctx.max_retries,
             )
-            total, _ = self.reservation(
+            total, _, task.bounds = self.reservation(
                 task.stage, task.row, task.next_op, task.bounds, task.memory.parent
             )
             self.memory.requeue(task.memory, total)

@@ -62,7 +62,7 @@ class SchedulingPolicy:
             rest = sum(min_blocks[1:])
             return [max(capacity_blocks - rest, min_blocks[0]), *min_blocks[1:]]
         if self.split == "static":
-            first = max(int(capacity_blocks * self.first_stage_fraction), min_blocks[0])
+            first = max(int(capacity_blocks * self.first_stage_fraction + 1e-9), min_blocks[0])
             middle = min_blocks[1:-1]
             last = max(capacity_blocks - first - sum(middle), min_blocks[-1])
             return [first, *middle, last]
