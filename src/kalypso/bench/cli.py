@@ -37,24 +37,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="JSON file to append records to")
 
 
-def _kv_tokens(args: argparse.Namespace, table_tokens: int) -> int:
-    return int(args.kv_tokens or table_tokens * args.kv_fraction)
+def _kv_tokens(args: argparse.Namespace, table_tokens: int, longest_tokens: int) -> int:
+    """The KV size asked for, with room for at least two of the longest documents plus
+    prompt and output (a smaller cache cannot run one request)."""
+    asked = int(args.kv_tokens or table_tokens * args.kv_fraction)
+    return max(asked, 2 * longest_tokens + 1024)
 
 
-async def _engine_for(args: argparse.Namespace, table_tokens: int) -> Engine:
+async def _engine_for(args: argparse.Namespace, table_tokens: int, longest_tokens: int) -> Engine:
     if args.engine == "sim":
         from kalypso.engine.sim import SimEngine, get_profile
 
         profile = get_profile(args.sim_profile)
         block = profile.capacity.block_size_tokens
-        blocks = max(4, _kv_tokens(args, table_tokens) // block)
+        blocks = max(4, _kv_tokens(args, table_tokens, longest_tokens) // block)
         return SimEngine(profile, num_blocks=blocks, max_model_len_tokens=blocks * block)
     from kalypso.engine.vllm_local import LocalVLLMEngine
     from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
     from kalypso.models import resolve_model
 
     per_token = kv_bytes_per_token(resolve_model()) or 23_040
-    kv_bytes = _kv_tokens(args, table_tokens) * per_token
+    kv_bytes = _kv_tokens(args, table_tokens, longest_tokens) * per_token
     return await LocalVLLMEngine.start(VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=16))
 
 
@@ -72,14 +75,15 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
 
         counter = WordTokenizer() if args.engine == "sim" else None
         if counter is not None:
-            table_tokens = sum(len(counter.encode(t)) for t in workload.table_text)
+            lengths = [len(counter.encode(t)) for t in workload.table_text]
         else:
             from kalypso.engine.hf_tokenizer import load_hf_tokenizer
             from kalypso.models import resolve_model
 
             tokenizer = load_hf_tokenizer(resolve_model())
-            table_tokens = sum(len(tokenizer.encode(t)) for t in workload.table_text)
-        engine = await _engine_for(args, table_tokens)
+            lengths = [len(tokenizer.encode(t)) for t in workload.table_text]
+        table_tokens = sum(lengths)
+        engine = await _engine_for(args, table_tokens, max(lengths))
         try:
             console.print(
                 f"{name} ({args.scale}): table {table_tokens} tokens,"

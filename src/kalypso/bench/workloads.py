@@ -5,6 +5,12 @@
   two stages.
 * ``medec``: clinical notes -> sem_filter (does it contain an error?) -> sem_map (which
   sentence) -> sem_map (the corrected sentence); one stage.
+* ``biodex``: case-report articles -> sem_map (the adverse reactions) -> indexed join
+  against the table of reaction terms (FAISS over MiniLM embeddings, top 5 per article,
+  accepted without an LLM call below distance 0.15, rejected above 0.65) with an LLM
+  predicate in between; two stages.
+* ``fever``: claims -> sem_map (a search query) -> index_search (top 5 passages of the
+  corpus) -> sem_filter (is the claim contradicted? kept when not); one stage.
 
 ``quick`` sizes fit a few minutes on 2 CPU cores with the bundled model; ``paper`` sizes
 are the paper's table sizes (for the simulator). The filters are phrased as negated
@@ -19,8 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import kalypso
+from kalypso.datasets import biodex as biodex_data
 from kalypso.datasets import clinical_notes
 from kalypso.datasets import contracts as contract_data
+from kalypso.datasets import fever as fever_data
 
 
 @dataclass(frozen=True)
@@ -78,4 +86,55 @@ def medec(scale: str = "quick", seed: int = 0) -> Workload:
     return Workload("medec", scale, plan, list(notes["text"]))
 
 
-WORKLOADS: dict[str, Callable[..., Workload]] = {"contractnli": contractnli, "medec": medec}
+def biodex(scale: str = "quick", seed: int = 0) -> Workload:
+    if scale == "quick":
+        data = biodex_data.generate(n=12, seed=seed, target_words=500)
+    else:
+        data = biodex_data.generate(n=500, seed=seed, target_words=2015, n_terms=11271)
+    articles = data.articles[["article_id", "text"]]
+    terms = data.reaction_terms[["term"]]
+    plan = (
+        kalypso.table(articles, name="articles")
+        .sem_map(
+            "List the adverse drug reactions the {text} reports, comma-separated.",
+            "reactions",
+            max_tokens=48,
+            first_bound_tokens=16,
+        )
+        .sem_join(
+            kalypso.table(terms, name="reaction_terms"),
+            "Does the {text} report the adverse reaction {term}?",
+            index=kalypso.IndexJoin(
+                left="{reactions}", right_column="term", k=5, accept_below=0.15, reject_above=0.65
+            ),
+        )
+    )
+    return Workload("biodex", scale, plan, list(articles["text"]))
+
+
+def fever(scale: str = "quick", seed: int = 0) -> Workload:
+    if scale == "quick":
+        data = fever_data.generate(n=30, seed=seed)
+    else:
+        data = fever_data.generate(n=1000, seed=seed, n_passages=50_000)
+    claims = data.claims[["claim_id", "claim"]]
+    plan = (
+        kalypso.table(claims, name="claims")
+        .sem_map(
+            "Write a short search query to check the {claim}.",
+            "query",
+            max_tokens=24,
+            first_bound_tokens=12,
+        )
+        .index_search(list(data.corpus["text"]), "{claim} {query}", k=5, output_column="evidence")
+        .sem_filter("Is the {claim} contradicted by the {evidence}?", negate=True)
+    )
+    return Workload("fever", scale, plan, list(claims["claim"]))
+
+
+WORKLOADS: dict[str, Callable[..., Workload]] = {
+    "biodex": biodex,
+    "contractnli": contractnli,
+    "fever": fever,
+    "medec": medec,
+}

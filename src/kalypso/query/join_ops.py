@@ -138,6 +138,9 @@ class CartesianProduct(CartesianOperator):
             f" on {ix.right_column} k={ix.k} max_distance={ix.max_distance}"
         )
 
+    def can_pair(self, row: Row) -> bool:
+        return self._query is None or all(c in row.values for c in self._query.columns)
+
     def right_columns(self) -> dict[str, list[Any]]:
         return {new: list(self._right[old]) for old, new in self._renames.items()}
 

@@ -128,6 +128,11 @@ class CartesianOperator(Operator):
     def right_rows(self) -> int:
         """Rows in the right-side table."""
 
+    def can_pair(self, row: Row) -> bool:
+        """Whether ``row`` already has what :meth:`partners` needs (the scheduler sizes
+        stages from sample rows before upstream operators have added their columns)."""
+        return True
+
     def right_columns(self) -> dict[str, list[Any]]:
         """The right-side columns (as named in the output) and their values, so values
         can be checked before the run; empty when the operator cannot list them."""

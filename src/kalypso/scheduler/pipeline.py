@@ -214,6 +214,8 @@ class PipelineScheduler:
                 assert product is not None and isinstance(product.operator, CartesianOperator)
                 children = []
                 for row, memory in parents[:4]:
+                    if not product.operator.can_pair(row):
+                        continue  # sized later: minimums grow as larger tasks appear
                     for child in product.operator.partners(row)[:SAMPLE_ROWS]:
                         children.append((child, memory))
                 parents = children
