@@ -1,5 +1,6 @@
-"""Fixtures of the scheduler tests: engines that are closed after the test, and every
-pipeline run through :class:`~tests.scheduler.factories.CheckingScheduler`."""
+"""Fixtures of the scheduler tests: engines that are closed after the test, and (for the
+modules that use ``schedulers``) every pipeline run through
+:class:`~tests.scheduler.factories.CheckingScheduler`."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ async def make_engine() -> AsyncIterator[EngineFactory]:
         await engine.close()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def schedulers(monkeypatch: pytest.MonkeyPatch) -> list[CheckingScheduler]:
     """The schedulers the executor creates during the test, in order."""
     made: list[CheckingScheduler] = []

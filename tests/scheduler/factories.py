@@ -95,6 +95,16 @@ class SchedulerDeadlock(AssertionError):
 
 
 @dataclass(frozen=True)
+class OverCommit:
+    """One Launch that took the ledger above its capacity."""
+
+    query_was_idle: bool
+    admitted: int
+    reserved_before: int
+    reserved_after: int
+
+
+@dataclass(frozen=True)
 class Launch:
     """One task as it was launched: its reservation and what its parent held."""
 
@@ -103,11 +113,14 @@ class Launch:
     next_op: int
     total_blocks: int
     parent_prefix_blocks: int
+    ledger_blocks: int
+    """What the ledger held when the task started (its own reservation included)."""
 
 
 class CheckingScheduler(PipelineScheduler):
-    """:class:`PipelineScheduler` that records every launch and fails instead of polling
-    forever when it can never make progress again.
+    """:class:`PipelineScheduler` that records every launch and every Launch that took the
+    ledger above its capacity, and fails instead of polling forever when it can never
+    make progress again.
 
     The real scheduler sleeps and retries when nothing it waits on may start; that is
     right when other queries hold ledger memory (they will release it). When the query
@@ -118,9 +131,17 @@ class CheckingScheduler(PipelineScheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.launches: list[Launch] = []
+        self.over_commits: list[OverCommit] = []
 
     def _launch(self) -> None:
+        was_idle = not self.running
+        before = self.ledger.reserved_blocks
+        admitted = len(self.report.admitted)
         super()._launch()
+        after = self.ledger.reserved_blocks
+        if after > self.ledger.capacity_blocks and after > before:
+            count = len(self.report.admitted) - admitted
+            self.over_commits.append(OverCommit(was_idle, count, before, after))
         assert self.memory is not None
         own = sum(self.memory.budgets.used_blocks)
         if not self.running and any(self.waiting) and self.ledger.reserved_blocks == own:
@@ -141,6 +162,7 @@ class CheckingScheduler(PipelineScheduler):
                 task.next_op,
                 task.memory.total_blocks,
                 parent.prefix_blocks if parent is not None else 0,
+                self.ledger.reserved_blocks,
             )
         )
         return await super()._run_task(task)

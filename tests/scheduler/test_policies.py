@@ -80,11 +80,6 @@ def test_what_each_name_means() -> None:
     assert parse_policy("operator-at-a-time") is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG policies.py SchedulingPolicy.initial_budgets: int(capacity * fraction)"
-    " truncates 100 * 0.29 = 28.999999999999996 to 28",
-)
 def test_static_fraction_is_exact_in_blocks() -> None:
     assert policy("static:0.29").initial_budgets(100, [1, 1]) == [29, 71]
 

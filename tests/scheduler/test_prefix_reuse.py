@@ -20,6 +20,8 @@ from kalypso.query import QueryResult, Table
 from tests.scheduler.conftest import EngineFactory
 from tests.scheduler.factories import notes, right_table
 
+pytestmark = pytest.mark.usefixtures("schedulers")
+
 DEPENDENT_CALLS = 16 + 32
 EXPECTED_PREFIX_TOKENS = 192
 SYSTEM_BLOCK_TOKENS = 32  # the system prompt's 40 tokens: 2 full blocks

@@ -11,9 +11,11 @@ import pytest
 import kalypso
 from kalypso.engine.sim import SimOutputModel
 from kalypso.query import QueryResult, Table
-from kalypso.scheduler.memory import KVLedger
+from kalypso.scheduler.memory import KVLedger, MemoryManager, StageBudgets, TaskMemory
 from tests.scheduler.conftest import EngineFactory
 from tests.scheduler.factories import CheckingScheduler, notes, right_table
+
+pytestmark = pytest.mark.usefixtures("schedulers")
 
 OUTPUTS = SimOutputModel(yes_rate=0.6, min_output_tokens=4, max_output_tokens=20)
 CAPACITY = 40
@@ -76,20 +78,23 @@ async def test_two_queries_share_one_ledger(
     assert {r.request_id.split(":")[0] for r in engine.requests} == {"join", "map"}
 
 
-async def test_a_query_waits_for_memory_another_query_holds(
+async def test_a_query_waits_while_another_query_runs_on_the_whole_cache(
     make_engine: EngineFactory,
 ) -> None:
-    """A ledger already full (as if another query held everything) until it is released:
-    the query admits nothing, then runs to the same result."""
+    """Another query (its memory manager on the same ledger) runs a task reserving every
+    block: this query admits nothing - not even by the last-resort rule, since a task is
+    running - until that task completes; then it runs to the same result."""
     engine = make_engine(num_blocks=CAPACITY, outputs=OUTPUTS)
     ledger = KVLedger(CAPACITY)
-    ledger.reserve(CAPACITY)
+    other = MemoryManager(ledger, StageBudgets([CAPACITY], [1]))
+    hog = TaskMemory(0, CAPACITY, 0)
+    other.allocate(hog)
     query = asyncio.ensure_future(join_query().arun(engine, ledger=ledger, query_id="late"))
     for _ in range(20):
         await asyncio.sleep(0)
     assert engine.requests == []
     assert not query.done()
-    ledger.release(CAPACITY)
+    assert other.complete(hog, children=0) == [hog]
     result = await query
     assert result.frame.equals((await alone(make_engine, join_query(), "adaptive")).frame)
     assert ledger.reserved_blocks == 0
