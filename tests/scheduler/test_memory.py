@@ -22,7 +22,8 @@ def manager(capacity: int, budgets: list[int], minimums: list[int] | None = None
 
 
 def task(stage: int, total: int, prefix: int = 0, parent: TaskMemory | None = None) -> TaskMemory:
-    return TaskMemory(stage, total, prefix, parent)
+    """A task whose prompt extends its parent's: it shares the parent's whole prefix."""
+    return TaskMemory(stage, total, prefix, parent, parent.prefix_blocks if parent else 0)
 
 
 def state(mm: MemoryManager) -> tuple[int, list[int]]:
@@ -336,7 +337,7 @@ class Node:
 
 def build(spec: Spec, stage: int, parent: TaskMemory | None, nodes: list[Node]) -> Node:
     total, prefix, children = spec
-    node = Node(TaskMemory(stage, total, prefix, parent))
+    node = Node(TaskMemory(stage, total, prefix, parent, parent.prefix_blocks if parent else 0))
     nodes.append(node)
     node.children = [build(child, stage + 1, node.memory, nodes) for child in children]
     return node

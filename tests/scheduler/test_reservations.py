@@ -212,13 +212,6 @@ async def test_a_child_reserves_the_blocks_it_does_not_share_with_its_parent(
     assert unreserved_calls(plan, engine, schedulers[0]) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG memory.py MemoryManager.complete keeps prefix_blocks - parent.prefix_blocks"
-    " for a task with children, as if its context extended its parent's; when it does not,"
-    " the blocks its children reuse beyond what it shares with the parent are held by no"
-    " one, though pipeline.py reservation() subtracts them from the children's reservations",
-)
 async def test_a_task_whose_prompt_does_not_extend_its_parents_keeps_its_own_prefix(
     make_engine: EngineFactory, schedulers: list[CheckingScheduler]
 ) -> None:

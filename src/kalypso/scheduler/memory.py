@@ -58,6 +58,9 @@ class TaskMemory:
     total_blocks: int
     prefix_blocks: int
     parent: TaskMemory | None = None
+    shared_blocks: int = 0
+    """Full blocks of the parent's prefix this task's prompt starts with (the parent holds
+    them; of this task's ``prefix_blocks`` it keeps only the rest)."""
     pending_children: int = 0
     completed: bool = False
     held_blocks: int = 0
@@ -143,8 +146,8 @@ class MemoryManager:
         task.pending_children = children
         self.ledger.running_tasks -= 1
         if children > 0:
-            inherited = task.parent.prefix_blocks if task.parent is not None else 0
-            self._hold(task, max(0, min(task.prefix_blocks - inherited, task.total_blocks)))
+            own_prefix = task.prefix_blocks - task.shared_blocks
+            self._hold(task, max(0, min(own_prefix, task.total_blocks)))
             return []
         return self._finish(task)
 

@@ -11,8 +11,8 @@ Each stage has a waiting queue; running tasks hold reservations. One iteration:
    tuple is output;
 3. **Rebalance** (adaptive policy) - with ``tasks(s) = budget(s) / minBudget(s)``, stage
    ``s`` is *saturated* when more than ``alpha * tasks(s)`` tasks wait for it and
-   *starving* when fewer than ``beta * tasks(s)`` do. When a stage ``s >= 2`` is
-   saturated, the stage that feeds it (``s - 1``) has admitted more upstream work than
+   *starving* when fewer than ``beta * tasks(s)`` do. When a stage other than the first
+   is saturated, the stage that feeds it (``s - 1``) has admitted more upstream work than
    the downstream stages can consume: the feeder's free budget goes to the last stage.
    A starving stage gives its free budget to the nearest upstream stage that is not
    starving (walking up through starving stages). Only free budget moves (never below a
@@ -157,9 +157,9 @@ class PipelineScheduler:
 
     def reservation(
         self, stage: int, row: Row, start_op: int, bounds: dict[str, int], parent: TaskMemory | None
-    ) -> tuple[int, int, dict[str, int]]:
-        """``(total_blocks, prefix_blocks, bounds)`` for running ``stage`` on ``row`` from
-        op ``start_op``.
+    ) -> tuple[int, int, dict[str, int], int]:
+        """``(total_blocks, prefix_blocks, bounds, shared_blocks)`` for running ``stage``
+        on ``row`` from op ``start_op``.
 
         ``total_blocks``: the largest prompt plus its output bound (outputs of earlier ops
         of the stage count toward later prompts), rounded up to blocks, minus the full
@@ -167,6 +167,7 @@ class PipelineScheduler:
         those). ``prefix_blocks``: the full blocks of the tuple's ``[system | context]``.
         ``bounds``: the output bound per operator the reservation assumed; the task's
         calls use exactly these (a later estimate could otherwise exceed it).
+        ``shared_blocks``: the parent's blocks subtracted from the total.
         """
         total_tokens = 0
         prefix_tokens = 0
@@ -201,7 +202,7 @@ class PipelineScheduler:
             if row.last_prompt is not None:  # the parent has run: count what is shared
                 shared = min(shared, (shared_tokens or 0) // self.block_size_tokens)
         total = max(self._blocks(total_tokens) - shared, 1 if total_tokens else 0)
-        return total, prefix_tokens // self.block_size_tokens, used_bounds
+        return total, prefix_tokens // self.block_size_tokens, used_bounds, shared
 
     def min_budgets(self, rows: list[Row]) -> list[int]:
         """Each stage's minimum budget: the largest reservation among sampled tasks."""
@@ -221,8 +222,8 @@ class PipelineScheduler:
                 parents = children
             sized = []
             for row, parent in parents:
-                total, prefix, _ = self.reservation(index, row, 0, {}, parent)
-                sized.append((row, TaskMemory(index, total, prefix, parent)))
+                total, prefix, _, shared = self.reservation(index, row, 0, {}, parent)
+                sized.append((row, TaskMemory(index, total, prefix, parent, shared)))
             minimums.append(max([m.total_blocks for _, m in sized], default=1) or 1)
             parents = [(row, memory) for row, memory in sized]
         return minimums
@@ -294,8 +295,9 @@ class PipelineScheduler:
             await self.ctx.engine.unpin_all()
 
     def _new_task(self, stage: int, row: Row, parent: TaskMemory | None) -> Task:
-        total, prefix, bounds = self.reservation(stage, row, 0, {}, parent)
-        task = Task(next(self._ids), stage, row, TaskMemory(stage, total, prefix, parent))
+        total, prefix, bounds, shared = self.reservation(stage, row, 0, {}, parent)
+        memory = TaskMemory(stage, total, prefix, parent, shared)
+        task = Task(next(self._ids), stage, row, memory)
         task.bounds = bounds
         if self.memory is not None:  # a task larger than sampled raises its stage's minimum
             minimums = self.memory.budgets.min_budget_blocks
@@ -367,7 +369,7 @@ class PipelineScheduler:
                 retries_done=task.retries[error.op_id],
                 max_retries=self.ctx.max_retries,
             )
-            total, _, task.bounds = self.reservation(
+            total, _, task.bounds, _ = self.reservation(
                 task.stage, task.row, task.next_op, task.bounds, task.memory.parent
             )
             self.memory.requeue(task.memory, total)

@@ -14,7 +14,9 @@ sequential           one task at a time, deepest stage first (sequential depth-f
 operator-at-a-time   the baseline: each operator over the whole table, materialized
 ==================== =================================================================
 
-Every budget-based policy keeps each stage at or above its minimum budget.
+Every budget-based policy starts each stage at or above its minimum budget and Rebalance
+never moves a stage below it. A minimum can grow during a run (a task larger than those
+sampled); a stage then below it still runs one task at a time (the idle-stage rule).
 """
 
 from __future__ import annotations
