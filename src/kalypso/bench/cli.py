@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from rich.console import Console
 
-from kalypso.bench.runner import run_systems, summary_table, write_records
+from kalypso.bench.runner import needs_pinning, run_systems, summary_table, write_records
 from kalypso.bench.workloads import WORKLOADS
 from kalypso.engine.protocol import Engine
 
@@ -18,7 +19,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", default="all", help=f"all or one of {sorted(WORKLOADS)}")
     parser.add_argument("--scale", choices=("quick", "paper"), default="quick")
     parser.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
-    parser.add_argument("--systems", default=DEFAULT_SYSTEMS, help="comma-separated policies")
+    parser.add_argument(
+        "--systems",
+        default=DEFAULT_SYSTEMS,
+        help="comma-separated policies, optionally with +explicit or +fixed (adaptive+explicit)",
+    )
     parser.add_argument(
         "--kv-fraction",
         type=float,
@@ -58,7 +63,12 @@ async def _engine_for(args: argparse.Namespace, table_tokens: int, longest_token
 
     per_token = kv_bytes_per_token(resolve_model()) or 23_040
     kv_bytes = _kv_tokens(args, table_tokens, longest_tokens) * per_token
-    return await LocalVLLMEngine.start(VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=16))
+    from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS
+
+    settings = VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=16)
+    if needs_pinning([s.strip() for s in args.systems.split(",")]):
+        settings = dataclasses.replace(settings, scheduler_cls=PINNING_SCHEDULER_CLS)
+    return await LocalVLLMEngine.start(settings)
 
 
 async def run_bench(args: argparse.Namespace, console: Console) -> int:

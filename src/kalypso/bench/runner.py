@@ -15,6 +15,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -48,6 +49,26 @@ class BenchRecord:
     outputs_agree: bool
 
 
+def system_options(system: str) -> dict[str, Any]:
+    """``arun`` options for a system name: a policy, optionally with modifiers -
+    ``+explicit`` (explicit pinning) and ``+fixed`` (fixed output bounds, no estimator),
+    e.g. ``adaptive+explicit`` or ``adaptive+fixed``."""
+    policy, *modifiers = system.split("+")
+    options: dict[str, Any] = {"policy": policy}
+    for modifier in modifiers:
+        if modifier == "explicit":
+            options["pinning"] = "explicit"
+        elif modifier == "fixed":
+            options["estimate_bounds"] = False
+        else:
+            raise ValueError(f"unknown system modifier {modifier!r} in {system!r}")
+    return options
+
+
+def needs_pinning(systems: list[str]) -> bool:
+    return any(system_options(s).get("pinning") == "explicit" for s in systems)
+
+
 def engine_clock_s(engine: Engine) -> float:
     """Virtual seconds for the simulator, wall seconds otherwise."""
     now = getattr(engine, "now_s", None)
@@ -63,7 +84,7 @@ async def run_systems(
     for system in systems:
         await engine.reset_prefix_cache()
         started = engine_clock_s(engine)
-        result = await workload.plan.arun(engine, policy=system)
+        result = await workload.plan.arun(engine, **system_options(system))
         results[system] = (result, engine_clock_s(engine) - started)
         if console is not None:
             console.print(f"  {workload.name} / {system}: {result.report()}")

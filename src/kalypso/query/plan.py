@@ -238,6 +238,7 @@ class Table:
         alpha: float = 1.0,
         beta: float = 0.5,
         pinning: str = "virtual",
+        estimate_bounds: bool = True,
     ) -> QueryResult:
         """Run the plan on ``engine`` (async). See :meth:`run`."""
         options = ExecutionOptions(policy, max_tasks_in_flight, max_retries, alpha, beta, pinning)
@@ -247,7 +248,7 @@ class Table:
             PromptLayout(engine.tokenizer, system_prompt),
             max_retries=max_retries,
             query_id=query_id or f"q{uuid.uuid4().hex[:8]}",
-            estimator=TokenBoundEstimator(),
+            estimator=TokenBoundEstimator() if estimate_bounds else None,
         )
         for planned in physical.operators():
             ctx.stats_for(planned.op_id)
@@ -286,6 +287,8 @@ class Table:
             alpha, beta: Algorithm 1's thresholds.
             pinning: ``"virtual"`` (default) or ``"explicit"`` (engine pins; deadlocks
                 are detected and broken by releasing all pins).
+            estimate_bounds: learn generative operators' output bounds online (default);
+                when false they always start at their fixed ``first_bound_tokens``.
 
         Raises:
             PlanError: before any LLM call, for values that cannot enter a prompt or

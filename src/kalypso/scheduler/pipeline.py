@@ -66,6 +66,8 @@ class Task:
     next_op: int = 0
     bounds: dict[str, int] = field(default_factory=dict)
     retries: dict[str, int] = field(default_factory=dict)
+    admitted: bool = False
+    """Once admitted, the task keeps the reservation and bounds it was admitted with."""
 
 
 @dataclass(frozen=True)
@@ -294,14 +296,22 @@ class PipelineScheduler:
             self.pinning = False
             await self.ctx.engine.unpin_all()
 
-    def _new_task(self, stage: int, row: Row, parent: TaskMemory | None) -> Task:
-        total, prefix, bounds, shared = self.reservation(stage, row, 0, {}, parent)
-        memory = TaskMemory(stage, total, prefix, parent, shared)
-        task = Task(next(self._ids), stage, row, memory)
+    def _size(self, task: Task) -> None:
+        """(Re)compute a waiting task's reservation and bounds."""
+        total, prefix, bounds, shared = self.reservation(
+            task.stage, task.row, task.next_op, {}, task.memory.parent
+        )
+        task.memory.total_blocks = total
+        task.memory.prefix_blocks = prefix
+        task.memory.shared_blocks = shared
         task.bounds = bounds
         if self.memory is not None:  # a task larger than sampled raises its stage's minimum
             minimums = self.memory.budgets.min_budget_blocks
-            minimums[stage] = max(minimums[stage], total)
+            minimums[task.stage] = max(minimums[task.stage], total)
+
+    def _new_task(self, stage: int, row: Row, parent: TaskMemory | None) -> Task:
+        task = Task(next(self._ids), stage, row, TaskMemory(stage, 0, 0, parent))
+        self._size(task)
         self._owners[id(task.memory)] = task
         return task
 
@@ -314,6 +324,8 @@ class PipelineScheduler:
                 if cap is not None and len(self.running) >= cap:
                     return
                 task = queue[0]
+                if not task.admitted:
+                    self._size(task)  # with the estimator's bounds as of now
                 if not self.memory.admits(
                     task.memory,
                     # idle: runs nothing and holds nothing (held prefixes wait for deeper
@@ -324,6 +336,7 @@ class PipelineScheduler:
                 ):
                     break
                 queue.popleft()
+                task.admitted = True
                 self.memory.allocate(task.memory)
                 self.report.admitted.append((stage, task.row.key))
                 self.running_per_stage[stage] += 1
