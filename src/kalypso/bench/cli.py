@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
+import json
+import subprocess
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
-from kalypso.bench.runner import needs_pinning, run_systems, summary_table, write_records
+from kalypso.bench.runner import (
+    lotus_record,
+    needs_pinning,
+    run_systems,
+    summary_table,
+    write_records,
+)
 from kalypso.bench.workloads import WORKLOADS
 from kalypso.engine.protocol import Engine
 
@@ -18,7 +29,19 @@ DEFAULT_SYSTEMS = "operator-at-a-time,adaptive"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", default="all", help=f"all or one of {sorted(WORKLOADS)}")
     parser.add_argument("--scale", choices=("quick", "paper"), default="quick")
-    parser.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
+    parser.add_argument(
+        "--engine",
+        choices=("vllm", "http", "sim"),
+        default="vllm",
+        help="vllm: in-process; http: a vLLM server started for the run (needed for --lotus)",
+    )
+    parser.add_argument(
+        "--lotus-python",
+        type=Path,
+        default=None,
+        help="python of a Lotus venv (make lotus-venv): also run the workload with Lotus"
+        " against the same server (--engine http; contractnli and medec)",
+    )
     parser.add_argument(
         "--systems",
         default=DEFAULT_SYSTEMS,
@@ -63,12 +86,82 @@ async def _engine_for(args: argparse.Namespace, table_tokens: int, longest_token
 
     per_token = kv_bytes_per_token(resolve_model()) or 23_040
     kv_bytes = _kv_tokens(args, table_tokens, longest_tokens) * per_token
+    if args.engine == "http":
+        return await _http_engine(args, kv_bytes)
     from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS
 
     settings = VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=16)
     if needs_pinning([s.strip() for s in args.systems.split(",")]):
         settings = dataclasses.replace(settings, scheduler_cls=PINNING_SCHEDULER_CLS)
     return await LocalVLLMEngine.start(settings)
+
+
+async def _http_engine(args: argparse.Namespace, kv_bytes: int) -> Engine:
+    """A server started for this run; closing the engine stops it."""
+    from kalypso.engine.vllm_http import HTTPVLLMEngine
+    from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS
+    from kalypso.engine.vllm_server import VLLMServer
+    from kalypso.engine.vllm_settings import VLLMSettings
+
+    pinning = needs_pinning([s.strip() for s in args.systems.split(",")])
+    settings = VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=16)
+    if pinning:
+        settings = dataclasses.replace(settings, scheduler_cls=PINNING_SCHEDULER_CLS)
+    server = await asyncio.to_thread(VLLMServer.start, settings)
+    try:
+        engine = await HTTPVLLMEngine.connect(server.base_url, pinning=pinning)
+    except BaseException:
+        server.stop()
+        raise
+    return _ServerOwningEngine(engine, server)
+
+
+class _ServerOwningEngine:
+    """An HTTP engine that also stops the server it was started with."""
+
+    def __init__(self, engine: Any, server: Any) -> None:
+        self._engine = engine
+        self.server = server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def close(self) -> None:
+        try:
+            await self._engine.close()
+        finally:
+            self.server.stop()
+
+
+def _run_lotus(
+    args: argparse.Namespace, engine: Any, workload: Any, console: Console
+) -> dict[str, Any] | None:
+    if args.lotus_python is None or not hasattr(engine, "server"):
+        return None
+    if workload.name not in ("contractnli", "medec"):
+        console.print(f"  lotus: {workload.name} not expressed with Lotus here; skipped")
+        return None
+    runner = Path(__file__).resolve().parents[3] / "bench" / "lotus_runner.py"
+    with tempfile.TemporaryDirectory() as folder:
+        job_path, out_path = Path(folder) / "job.json", Path(folder) / "out.json"
+        job = {
+            "workload": workload.name,
+            "tables": workload.tables,
+            "base_url": engine.server.base_url,
+            "model": engine.server.served_model_name,
+        }
+        job_path.write_text(json.dumps(job, default=str))
+        done = subprocess.run(
+            [str(args.lotus_python), str(runner), str(job_path), str(out_path)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            console.print(f"[red]lotus failed[/red]: {done.stderr[-2000:]}")
+            return None
+        result: dict[str, Any] = json.loads(out_path.read_text())
+    console.print(f"  {workload.name} / lotus: {result}")
+    return result
 
 
 async def run_bench(args: argparse.Namespace, console: Console) -> int:
@@ -100,6 +193,10 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
                 f" KV cache {engine.capacity.total_tokens} tokens on {engine.name}"
             )
             records = await run_systems(engine, workload, systems, console=console)
+            await engine.reset_prefix_cache()
+            lotus = _run_lotus(args, engine, workload, console)
+            if lotus is not None:
+                records.append(lotus_record(lotus, records, workload))
         finally:
             await engine.close()
         write_records(records, out)

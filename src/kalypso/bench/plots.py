@@ -33,10 +33,16 @@ def _grouped_bars(
     figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(workloads) * len(systems) / 2), 4))
     for index, system in enumerate(systems):
         values = [
-            next((r[value] for r in records if (r["workload"], r["kv_cache_tokens"]) == w
-                  and r["system"] == system), 0.0)
+            next(
+                (
+                    r[value]
+                    for r in records
+                    if (r["workload"], r["kv_cache_tokens"]) == w and r["system"] == system
+                ),
+                0.0,
+            )
             for w in workloads
-        ]  # fmt: skip
+        ]
         positions = [i + index * width for i in range(len(workloads))]
         axes.bar(positions, values, width, label=system)
     axes.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(workloads))])
@@ -63,11 +69,19 @@ def _splits(records: list[dict[str, Any]], path: Path) -> bool:
     figure, axes = plt.subplots(figsize=(6, 4))
     for key, points in sorted(series.items()):
         fractions = sorted(points)
-        line = axes.plot(fractions, [points[f] for f in fractions], marker="o",
-                         label=f"static, {key[0]} KV {key[1]:,}")  # fmt: skip
+        line = axes.plot(
+            fractions,
+            [points[f] for f in fractions],
+            marker="o",
+            label=f"static, {key[0]} KV {key[1]:,}",
+        )
         if key in adaptive:
-            axes.axhline(adaptive[key], linestyle="--", color=line[0].get_color(),
-                         label=f"adaptive, {key[0]} KV {key[1]:,}")  # fmt: skip
+            axes.axhline(
+                adaptive[key],
+                linestyle="--",
+                color=line[0].get_color(),
+                label=f"adaptive, {key[0]} KV {key[1]:,}",
+            )
     axes.set_xlabel("first stage's share of KV memory (static split)")
     axes.set_ylabel("time (s)")
     axes.set_title("static stage splits vs adaptive")
@@ -88,8 +102,13 @@ def plot_file(results: Path) -> list[Path]:
     _grouped_bars(main, "time_s", "time (s)", f"end-to-end time ({results.name})", time_path)
     written.append(time_path)
     prefill_path = Path(f"{stem}-prefill.png")
-    _grouped_bars(main, "prefill_tokens", "prefill tokens computed",
-                  f"prefill computed ({results.name})", prefill_path)  # fmt: skip
+    _grouped_bars(
+        main,
+        "prefill_tokens",
+        "prefill tokens computed",
+        f"prefill computed ({results.name})",
+        prefill_path,
+    )
     written.append(prefill_path)
     splits_path = Path(f"{stem}-splits.png")
     if _splits(records, splits_path):

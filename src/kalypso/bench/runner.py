@@ -117,6 +117,36 @@ async def run_systems(
     return records
 
 
+def lotus_record(
+    lotus: dict[str, Any], records: list[BenchRecord], workload: Workload
+) -> BenchRecord:
+    """A record for a Lotus run on the same server. Lotus builds its own prompts, so its
+    outputs are not compared (``outputs_agree`` is false by construction)."""
+    reference = records[0]
+    prompt_tokens = int(lotus["prompt_tokens"])
+    cached_tokens = int(lotus["cached_tokens"])
+    return BenchRecord(
+        workload=workload.name,
+        system="lotus",
+        scale=workload.scale,
+        engine=reference.engine,
+        kv_cache_tokens=reference.kv_cache_tokens,
+        table_tokens=reference.table_tokens,
+        time_s=float(lotus["time_s"]),
+        llm_calls=int(lotus["llm_calls"]),
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
+        prefill_tokens=prompt_tokens - cached_tokens,
+        min_prefill_tokens=reference.min_prefill_tokens,
+        retries=0,
+        lost_prefixes=0,
+        dependent_hit_rate=0.0,
+        peak_kv_reserved_blocks=0,
+        output_rows=int(lotus["output_rows"]),
+        outputs_agree=False,
+    )
+
+
 def write_records(records: list[BenchRecord], path: Path) -> None:
     """Append ``records`` to the JSON list at ``path`` (created if missing)."""
     path.parent.mkdir(parents=True, exist_ok=True)

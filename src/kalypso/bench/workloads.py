@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import kalypso
 from kalypso.datasets import biodex as biodex_data
@@ -38,6 +39,8 @@ class Workload:
     plan: kalypso.Table
     table_text: list[str]
     """The left table's documents (to size the KV cache relative to the table)."""
+    tables: dict[str, list[dict[Any, Any]]]
+    """The input tables as records, for runs of the same shape by other systems (Lotus)."""
 
 
 def contractnli(scale: str = "quick", seed: int = 0) -> Workload:
@@ -61,7 +64,11 @@ def contractnli(scale: str = "quick", seed: int = 0) -> Workload:
             first_bound_tokens=16,
         )
     )
-    return Workload("contractnli", scale, plan, list(contracts["text"]))
+    tables = {
+        "contracts": contracts.to_dict("records"),
+        "hypotheses": hypotheses.to_dict("records"),
+    }
+    return Workload("contractnli", scale, plan, list(contracts["text"]), tables)
 
 
 def medec(scale: str = "quick", seed: int = 0) -> Workload:
@@ -83,7 +90,7 @@ def medec(scale: str = "quick", seed: int = 0) -> Workload:
             first_bound_tokens=16,
         )
     )
-    return Workload("medec", scale, plan, list(notes["text"]))
+    return Workload("medec", scale, plan, list(notes["text"]), {"notes": notes.to_dict("records")})
 
 
 def biodex(scale: str = "quick", seed: int = 0) -> Workload:
@@ -109,7 +116,8 @@ def biodex(scale: str = "quick", seed: int = 0) -> Workload:
             ),
         )
     )
-    return Workload("biodex", scale, plan, list(articles["text"]))
+    tables = {"articles": articles.to_dict("records"), "reaction_terms": terms.to_dict("records")}
+    return Workload("biodex", scale, plan, list(articles["text"]), tables)
 
 
 def fever(scale: str = "quick", seed: int = 0) -> Workload:
@@ -129,7 +137,9 @@ def fever(scale: str = "quick", seed: int = 0) -> Workload:
         .index_search(list(data.corpus["text"]), "{claim} {query}", k=5, output_column="evidence")
         .sem_filter("Is the {claim} contradicted by the {evidence}?", negate=True)
     )
-    return Workload("fever", scale, plan, list(claims["claim"]))
+    return Workload(
+        "fever", scale, plan, list(claims["claim"]), {"claims": claims.to_dict("records")}
+    )
 
 
 WORKLOADS: dict[str, Callable[..., Workload]] = {

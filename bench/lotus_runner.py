@@ -1,0 +1,89 @@
+"""Run a workload shape with the real Lotus library against a running vLLM server.
+
+This script runs in Lotus's own virtual environment (``make lotus-venv``; Lotus pins
+numpy<2 and pandas<3), not Kalypso's. It reads a job file written by ``kalypso bench``
+(workload name, the tables, server URL and model) and writes one JSON record: time,
+LLM calls and the server's prompt and prefix-cache-hit token counters over the run.
+
+    .venv-lotus/bin/python bench/lotus_runner.py JOB.json OUT.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+
+import lotus
+import pandas as pd
+from lotus.models import LM
+
+
+def counters(base_url: str) -> dict[str, float]:
+    text = urllib.request.urlopen(f"{base_url}/metrics", timeout=30).read().decode()
+    wanted = {
+        "vllm:prompt_tokens_total": "prompt_tokens",
+        "vllm:prefix_cache_hits_total": "cached_tokens",
+        "vllm:request_success_total": "llm_calls",
+    }
+    out = dict.fromkeys(wanted.values(), 0.0)
+    for line in text.splitlines():
+        for metric, name in wanted.items():
+            if line.startswith(metric):
+                out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def keep_no(frame: pd.DataFrame, instruction: str) -> pd.DataFrame:
+    """A negated sem_filter (Kalypso's ``negate=True``): keep rows the LLM says no to."""
+    judged = frame.sem_filter(instruction, return_all=True, suffix="_keep")
+    return judged[~judged["_keep"]].drop(columns=["_keep"])
+
+
+def run(job: dict) -> pd.DataFrame:
+    tables = {name: pd.DataFrame(rows) for name, rows in job["tables"].items()}
+    if job["workload"] == "medec":
+        notes = keep_no(tables["notes"], "Is this clinical {text} free of medical errors?")
+        notes = notes.sem_map(
+            "Which sentence of the {text} contains the error? Give its number.",
+            suffix="error_sentence",
+        )
+        return notes.sem_map(
+            "Rewrite the wrong sentence of the {text} correctly.", suffix="correction"
+        )
+    if job["workload"] == "contractnli":
+        contracts = keep_no(
+            tables["contracts"], "Is this {text} unrelated to confidentiality obligations?"
+        )
+        joined = contracts.sem_join(
+            tables["hypotheses"], "Does the contract {text:left} state that: {hypothesis:right}"
+        )
+        if len(joined) == 0:
+            return joined
+        return joined.sem_map(
+            "Quote the clause of the {text} that supports: {hypothesis}", suffix="evidence"
+        )
+    raise SystemExit(f"unknown workload {job['workload']!r}")
+
+
+def main() -> int:
+    job = json.loads(open(sys.argv[1]).read())
+    lm = LM(
+        model=f"hosted_vllm/{job['model']}", api_base=f"{job['base_url']}/v1",
+        temperature=0.0, max_tokens=job.get("max_tokens", 48), max_batch_size=64,
+    )  # fmt: skip
+    lotus.settings.configure(lm=lm)
+    before = counters(job["base_url"])
+    started = time.monotonic()
+    result = run(job)
+    elapsed_s = time.monotonic() - started
+    after = counters(job["base_url"])
+    record = {k: after[k] - before[k] for k in after}
+    record.update(time_s=round(elapsed_s, 3), output_rows=len(result))
+    open(sys.argv[2], "w").write(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
