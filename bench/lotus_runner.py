@@ -11,13 +11,17 @@ LLM calls and the server's prompt and prefix-cache-hit token counters over the r
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import urllib.request
 
-import lotus
-import pandas as pd
-from lotus.models import LM
+# litellm (under Lotus) otherwise fetches a price list from the network at import
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import lotus  # noqa: E402
+import pandas as pd  # noqa: E402
+from lotus.models import LM  # noqa: E402
 
 
 def counters(base_url: str) -> dict[str, float]:
