@@ -15,13 +15,14 @@ import os
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 # litellm (under Lotus) otherwise fetches a price list from the network at import
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import lotus  # noqa: E402
-import pandas as pd  # noqa: E402
-from lotus.models import LM  # noqa: E402
+import lotus
+import pandas as pd
+from lotus.models import LM
 
 
 def counters(base_url: str) -> dict[str, float]:
@@ -72,7 +73,7 @@ def run(job: dict) -> pd.DataFrame:
 
 
 def main() -> int:
-    job = json.loads(open(sys.argv[1]).read())
+    job = json.loads(Path(sys.argv[1]).read_text())
     lm = LM(
         model=f"hosted_vllm/{job['model']}", api_base=f"{job['base_url']}/v1",
         temperature=0.0, max_tokens=job.get("max_tokens", 48), max_batch_size=64,
@@ -85,7 +86,7 @@ def main() -> int:
     after = counters(job["base_url"])
     record = {k: after[k] - before[k] for k in after}
     record.update(time_s=round(elapsed_s, 3), output_rows=len(result))
-    open(sys.argv[2], "w").write(json.dumps(record))
+    Path(sys.argv[2]).write_text(json.dumps(record))
     return 0
 
 
