@@ -68,7 +68,55 @@ def default_verdict(text: str) -> bool:
     return not any(w in _NEGATIONS or w.endswith("n't") for w in words)
 
 
-class SemFilter(PipelinedOperator):
+class _OneCallOperator(PipelinedOperator):
+    """Shared by the operators that make one LLM call per tuple.
+
+    Subclasses call :meth:`_setup` and set ``task`` (the text sent after the tuple's
+    context) and ``new_columns`` (what they add); ``first_bound_tokens`` is set only by
+    generative operators, whose answers may be long.
+    """
+
+    instruction: Instruction
+    task: str
+    max_tokens: int
+    first_bound_tokens: int | None = None
+    new_columns: tuple[str, ...] = ()
+
+    def _setup(
+        self, instruction: str, max_tokens: int, first_bound_tokens: int | None = None
+    ) -> None:
+        self.instruction = Instruction.parse(instruction, operator=self.kind)
+        self.max_tokens = positive_tokens(max_tokens, self.kind)
+        if first_bound_tokens is not None:
+            bound = positive_tokens(first_bound_tokens, self.kind)
+            self.first_bound_tokens = min(bound, self.max_tokens)
+
+    def output_schema(self, schema: Schema) -> Schema:
+        self.instruction.check_columns(schema, operator=self.kind)
+        for column in self.new_columns:
+            _check_new_column(column, schema, self.kind)
+        return (*schema, *self.new_columns)
+
+    def max_output_tokens(self) -> int:
+        return self.max_tokens
+
+    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
+        return self.instruction.columns, self.task
+
+    async def _ask(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> str:
+        result = await ctx.complete(
+            op_id,
+            row,
+            self.instruction.columns,
+            self.task,
+            max_tokens=self.max_tokens,
+            first_bound_tokens=self.first_bound_tokens,
+            priority=priority,
+        )
+        return result.text
+
+
+class SemFilter(_OneCallOperator):
     """Keep the tuples for which the LLM answers yes (``negate=True``: answers no)."""
 
     kind = "sem_filter"
@@ -77,41 +125,23 @@ class SemFilter(PipelinedOperator):
     def __init__(
         self, instruction: str, *, max_tokens: int = FILTER_MAX_TOKENS, negate: bool = False
     ) -> None:
-        self.instruction = Instruction.parse(instruction, operator=self.kind)
-        self.max_tokens = positive_tokens(max_tokens, self.kind)
+        self._setup(instruction, max_tokens)
         self.negate = negate
         self.task = self.instruction.task_text() + " Answer yes or no."
-
-    def output_schema(self, schema: Schema) -> Schema:
-        self.instruction.check_columns(schema, operator=self.kind)
-        return schema
 
     def describe(self) -> str:
         return f"sem_filter {'NOT ' if self.negate else ''}{self.instruction.text!r}"
 
-    def max_output_tokens(self) -> int:
-        return self.max_tokens
-
-    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
-        return self.instruction.columns, self.task
-
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        result = await ctx.complete(
-            op_id,
-            row,
-            self.instruction.columns,
-            self.task,
-            max_tokens=self.max_tokens,
-            priority=priority,
-        )
-        verdict = parse_yes_no(result.text)
+        answer = await self._ask(row, ctx, op_id, priority)
+        verdict = parse_yes_no(answer)
         if verdict is None:
             ctx.stats_for(op_id).unparsed += 1
-            verdict = default_verdict(result.text)
+            verdict = default_verdict(answer)
         return row if verdict != self.negate else None
 
 
-class SemMap(PipelinedOperator):
+class SemMap(_OneCallOperator):
     """Add a column with the LLM's answer to the instruction."""
 
     kind = "sem_map"
@@ -125,42 +155,20 @@ class SemMap(PipelinedOperator):
         max_tokens: int = DEFAULT_MAP_MAX_TOKENS,
         first_bound_tokens: int = DEFAULT_FIRST_BOUND_TOKENS,
     ) -> None:
-        self.instruction = Instruction.parse(instruction, operator=self.kind)
+        self._setup(instruction, max_tokens, first_bound_tokens)
         self.output_column = output_column
-        self.max_tokens = positive_tokens(max_tokens, self.kind)
-        self.first_bound_tokens = min(
-            positive_tokens(first_bound_tokens, self.kind), self.max_tokens
-        )
+        self.new_columns = (output_column,)
         self.task = self.instruction.task_text()
-
-    def output_schema(self, schema: Schema) -> Schema:
-        self.instruction.check_columns(schema, operator=self.kind)
-        _check_new_column(self.output_column, schema, self.kind)
-        return (*schema, self.output_column)
 
     def describe(self) -> str:
         return f"sem_map {self.instruction.text!r} -> {self.output_column}"
 
-    def max_output_tokens(self) -> int:
-        return self.max_tokens
-
-    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
-        return self.instruction.columns, self.task
-
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        result = await ctx.complete(
-            op_id,
-            row,
-            self.instruction.columns,
-            self.task,
-            max_tokens=self.max_tokens,
-            first_bound_tokens=self.first_bound_tokens,
-            priority=priority,
-        )
-        return row.with_value(self.output_column, result.text.strip())
+        answer = await self._ask(row, ctx, op_id, priority)
+        return row.with_value(self.output_column, answer.strip())
 
 
-class SemExtract(PipelinedOperator):
+class SemExtract(_OneCallOperator):
     """Add several named fields, read from ``field: value`` lines of one answer."""
 
     kind = "sem_extract"
@@ -174,36 +182,21 @@ class SemExtract(PipelinedOperator):
         max_tokens: int = DEFAULT_MAP_MAX_TOKENS,
         first_bound_tokens: int = DEFAULT_FIRST_BOUND_TOKENS,
     ) -> None:
-        self.instruction = Instruction.parse(instruction, operator=self.kind)
+        self._setup(instruction, max_tokens, first_bound_tokens)
         if not fields:
             raise PlanError("sem_extract: give at least one output field")
+        if len(set(fields)) != len(fields):
+            raise PlanError(f"sem_extract: duplicate field names in {list(fields)}")
         self.fields = tuple(fields)
-        self.max_tokens = positive_tokens(max_tokens, self.kind)
-        self.first_bound_tokens = min(
-            positive_tokens(first_bound_tokens, self.kind), self.max_tokens
-        )
+        self.new_columns = self.fields
         listed = ", ".join(self.fields)
         self.task = (
             f"{self.instruction.task_text()} Answer with one line per field, written as"
             f" 'field: value', for the fields: {listed}."
         )
 
-    def output_schema(self, schema: Schema) -> Schema:
-        self.instruction.check_columns(schema, operator=self.kind)
-        for name in self.fields:
-            _check_new_column(name, schema, self.kind)
-        if len(set(self.fields)) != len(self.fields):
-            raise PlanError(f"sem_extract: duplicate field names in {list(self.fields)}")
-        return (*schema, *self.fields)
-
     def describe(self) -> str:
         return f"sem_extract {self.instruction.text!r} -> {', '.join(self.fields)}"
-
-    def max_output_tokens(self) -> int:
-        return self.max_tokens
-
-    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
-        return self.instruction.columns, self.task
 
     def parse(self, text: str) -> dict[str, str | None]:
         found: dict[str, str | None] = dict.fromkeys(self.fields)
@@ -216,16 +209,7 @@ class SemExtract(PipelinedOperator):
         return found
 
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        result = await ctx.complete(
-            op_id,
-            row,
-            self.instruction.columns,
-            self.task,
-            max_tokens=self.max_tokens,
-            first_bound_tokens=self.first_bound_tokens,
-            priority=priority,
-        )
-        values = self.parse(result.text)
+        values = self.parse(await self._ask(row, ctx, op_id, priority))
         if any(v is None for v in values.values()):
             ctx.stats_for(op_id).unparsed += 1
         for name, value in values.items():
@@ -233,7 +217,7 @@ class SemExtract(PipelinedOperator):
         return row
 
 
-class SemClassify(PipelinedOperator):
+class SemClassify(_OneCallOperator):
     """Add a column holding one of ``labels``."""
 
     kind = "sem_classify"
@@ -247,7 +231,7 @@ class SemClassify(PipelinedOperator):
         *,
         max_tokens: int = FILTER_MAX_TOKENS,
     ) -> None:
-        self.instruction = Instruction.parse(instruction, operator=self.kind)
+        self._setup(instruction, max_tokens)
         cleaned = [str(label).strip() for label in labels or []]
         if len(cleaned) < 2 or any(not label for label in cleaned):
             raise PlanError(f"sem_classify: give at least two non-empty labels, got {labels!r}")
@@ -255,24 +239,13 @@ class SemClassify(PipelinedOperator):
             raise PlanError(f"sem_classify: labels must differ (case-insensitively): {labels!r}")
         self.labels = tuple(cleaned)
         self.output_column = output_column
-        self.max_tokens = positive_tokens(max_tokens, self.kind)
+        self.new_columns = (output_column,)
         self.task = (
             f"{self.instruction.task_text()} Answer with exactly one of: {', '.join(self.labels)}."
         )
 
-    def output_schema(self, schema: Schema) -> Schema:
-        self.instruction.check_columns(schema, operator=self.kind)
-        _check_new_column(self.output_column, schema, self.kind)
-        return (*schema, self.output_column)
-
     def describe(self) -> str:
         return f"sem_classify {self.instruction.text!r} {list(self.labels)} -> {self.output_column}"
-
-    def max_output_tokens(self) -> int:
-        return self.max_tokens
-
-    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
-        return self.instruction.columns, self.task
 
     def parse(self, text: str) -> str | None:
         answer = text.strip().lower()
@@ -286,15 +259,7 @@ class SemClassify(PipelinedOperator):
         return min(present, key=lambda p: (p[0], -len(p[1])))[1] if present else None
 
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        result = await ctx.complete(
-            op_id,
-            row,
-            self.instruction.columns,
-            self.task,
-            max_tokens=self.max_tokens,
-            priority=priority,
-        )
-        label = self.parse(result.text)
+        label = self.parse(await self._ask(row, ctx, op_id, priority))
         if label is None:
             ctx.stats_for(op_id).unparsed += 1
         return row.with_value(self.output_column, label)
