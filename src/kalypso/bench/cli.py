@@ -186,7 +186,8 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
             tokenizer = load_hf_tokenizer(resolve_model())
             lengths = [len(tokenizer.encode(t)) for t in workload.table_text]
         table_tokens = sum(lengths)
-        engine = await _engine_for(args, table_tokens, max(lengths))
+        longest = max(max(lengths), workload.min_kv_tokens // 2)
+        engine = await _engine_for(args, table_tokens, longest)
         try:
             console.print(
                 f"{name} ({args.scale}): table {table_tokens} tokens,"

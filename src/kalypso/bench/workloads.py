@@ -41,6 +41,9 @@ class Workload:
     """The left table's documents (to size the KV cache relative to the table)."""
     tables: dict[str, list[dict[Any, Any]]]
     """The input tables as records, for runs of the same shape by other systems (Lotus)."""
+    min_kv_tokens: int = 0
+    """A KV floor for plans whose prompts are much longer than the table's text (FEVER's
+    prompts carry five retrieved passages)."""
 
 
 def contractnli(scale: str = "quick", seed: int = 0) -> Workload:
@@ -138,7 +141,12 @@ def fever(scale: str = "quick", seed: int = 0) -> Workload:
         .sem_filter("Is the {claim} contradicted by the {evidence}?", negate=True)
     )
     return Workload(
-        "fever", scale, plan, list(claims["claim"]), {"claims": claims.to_dict("records")}
+        "fever",
+        scale,
+        plan,
+        list(claims["claim"]),
+        {"claims": claims.to_dict("records")},
+        min_kv_tokens=2048,
     )
 
 
