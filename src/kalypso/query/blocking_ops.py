@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import ClassVar
 
@@ -54,8 +55,6 @@ class SemTopK(BlockingOperator):
         return 4
 
     async def apply_all(self, rows: list[Row], ctx: ExecContext, op_id: str) -> list[Row]:
-        import asyncio
-
         async def score(row: Row) -> Row:
             result = await ctx.complete(
                 op_id,

@@ -36,6 +36,7 @@ from kalypso.scheduler.pipeline import (
     PipelineScheduler,
     SchedulerSettings,
     StageView,
+    expand_products,
 )
 from kalypso.scheduler.policies import parse_policy
 
@@ -117,19 +118,6 @@ async def _apply(planned: PlannedOperator, row: Row, ctx: ExecContext, priority:
     return out  # type: ignore[no-any-return]
 
 
-def _expand(product: PlannedOperator, rows: list[Row], ctx: ExecContext) -> list[Row]:
-    operator = product.operator
-    assert isinstance(operator, CartesianOperator)
-    stats = ctx.stats_for(product.op_id)
-    out: list[Row] = []
-    for row in rows:
-        children = operator.partners(row)
-        stats.rows_in += 1
-        stats.rows_out += len(children)
-        out.extend(children)
-    return out
-
-
 async def _gather_all(coroutines: Sequence[asyncio.Future[Row | None]]) -> list[Row | None]:
     try:
         return list(await asyncio.gather(*coroutines))
@@ -145,7 +133,7 @@ async def _operator_at_a_time(
 ) -> list[Row]:
     for stage in stages:
         if stage.product is not None:
-            rows = _expand(stage.product, rows, ctx)
+            rows = expand_products(stage.product, rows, ctx)
         for planned in stage.operators:
             futures = [asyncio.ensure_future(_apply(planned, r, ctx, 0)) for r in rows]
             rows = [r for r in await _gather_all(futures) if r is not None]

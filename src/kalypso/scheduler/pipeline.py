@@ -46,13 +46,28 @@ from kalypso.query.context import (
     set_pin_key,
 )
 from kalypso.query.operators import CartesianOperator, PipelinedOperator
-from kalypso.query.planner import Stage
+from kalypso.query.planner import PlannedOperator, Stage
 from kalypso.query.rows import Row
 from kalypso.scheduler.memory import KVLedger, MemoryManager, StageBudgets, TaskMemory
 from kalypso.scheduler.policies import SchedulingPolicy
 
 SAMPLE_ROWS = 32
 """Input rows sampled to estimate each stage's minimum budget."""
+
+
+def expand_products(product: PlannedOperator, rows: list[Row], ctx: ExecContext) -> list[Row]:
+    """Run a Cartesian product on ``rows``: their children in order, counted in the
+    product's statistics (rows in, children out)."""
+    operator = product.operator
+    assert isinstance(operator, CartesianOperator)
+    stats = ctx.stats_for(product.op_id)
+    out: list[Row] = []
+    for row in rows:
+        partners = operator.partners(row)
+        stats.rows_in += 1
+        stats.rows_out += len(partners)
+        out.extend(partners)
+    return out
 
 
 @dataclass(eq=False)
@@ -242,7 +257,7 @@ class PipelineScheduler:
         first = self.stages[0]
         inputs = rows
         if first.product is not None:
-            inputs = self._expand(first.product, rows)
+            inputs = expand_products(first.product, rows, self.ctx)
         for row in inputs:
             self.waiting[0].append(self._new_task(0, row, None))
         outputs: list[Row] = []
@@ -397,7 +412,7 @@ class PipelineScheduler:
             assert product is not None
             children = [
                 self._new_task(task.stage + 1, child, task.memory)
-                for child in self._expand(product, [row])
+                for child in expand_products(product, [row], self.ctx)
             ]
         elif row is not None:
             outputs.append(row)
@@ -407,21 +422,6 @@ class PipelineScheduler:
             if owner is not None and owner.stage + 1 < len(self.stages):
                 self._to_unpin.append(self._pin_key(owner))
         self.waiting[task.stage + 1 if children else task.stage].extend(children)
-
-    def _expand(self, product_planned: object, rows: list[Row]) -> list[Row]:
-        from kalypso.query.planner import PlannedOperator
-
-        assert isinstance(product_planned, PlannedOperator)
-        operator = product_planned.operator
-        assert isinstance(operator, CartesianOperator)
-        stats = self.ctx.stats_for(product_planned.op_id)
-        out: list[Row] = []
-        for row in rows:
-            partners = operator.partners(row)
-            stats.rows_in += 1
-            stats.rows_out += len(partners)
-            out.extend(partners)
-        return out
 
     def _thresholds(self, stage: int) -> tuple[float, float]:
         assert self.memory is not None
