@@ -61,13 +61,14 @@ def run(job: dict) -> pd.DataFrame:
         contracts = keep_no(
             tables["contracts"], "Is this {text} unrelated to confidentiality obligations?"
         )
-        joined = contracts.sem_join(
-            tables["hypotheses"], "Does the contract {text:left} state that: {hypothesis:right}"
-        )
+        # Lotus's sem_join has no negation: its negated predicate is a sem_filter over the
+        # Cartesian product (the same per-pair LLM calls, left-major like sem_join's loop).
+        pairs = contracts.merge(tables["hypotheses"], how="cross")
+        joined = keep_no(pairs, "Is the contract {text} silent about whether: {hypothesis}")
         if len(joined) == 0:
             return joined
         return joined.sem_map(
-            "Quote the clause of the {text} that supports: {hypothesis}", suffix="evidence"
+            "Quote the clause of the {text} that addresses: {hypothesis}", suffix="evidence"
         )
     raise SystemExit(f"unknown workload {job['workload']!r}")
 

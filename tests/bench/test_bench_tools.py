@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from kalypso import cli
 from kalypso.bench.plots import plot_file
 from kalypso.bench.runner import run_systems, system_options, write_records
-from kalypso.bench.workloads import medec
+from kalypso.bench.workloads import biodex, contractnli, fever, medec
 from kalypso.engine.sim import SimEngine
 
 REQUIRED = {"workload", "system", "scale", "engine", "kv_cache_tokens", "time_s", "llm_calls",
@@ -22,8 +23,56 @@ def test_system_names_map_to_run_options() -> None:
     assert system_options("static:0.3+explicit+fixed") == {
         "policy": "static:0.3", "pinning": "explicit", "estimate_bounds": False,
     }  # fmt: skip
-    with pytest.raises(ValueError, match="modifier"):
-        system_options("adaptive+turbo")
+    assert system_options("adaptive+fixed:8") == {"policy": "adaptive", "fixed_bound_tokens": 8}
+    for bad in ("adaptive+turbo", "adaptive+fixed:0", "adaptive+fixed:x"):
+        with pytest.raises(ValueError, match="modifier"):
+            system_options(bad)
+
+
+def test_the_suite_runs_splits_on_two_stage_shapes_and_budgets_on_medec() -> None:
+    common = ["operator-at-a-time", "adaptive", "adaptive+explicit"]
+    splits = [f"static:{share}" for share in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    budgets = ["adaptive+fixed:1", "adaptive+fixed:8", "adaptive+fixed:48"]
+    assert contractnli("quick").suite_systems() == common + splits
+    assert biodex("quick").suite_systems() == common + splits
+    assert medec("quick").suite_systems() == common + budgets
+    assert fever("quick").suite_systems() == common
+
+
+def test_bench_command_runs_the_suite_and_a_kv_sweep_and_draws_every_figure(
+    tmp_path: Path,
+) -> None:
+    """``kalypso bench`` on the simulator: the medec suite at the main KV size, the sweep
+    systems at two more sizes, all in one JSON file, and the figures drawn from it."""
+    out = tmp_path / "sweep.json"
+    argv = ["bench", "--engine", "sim", "--workload", "medec", "--kv-sweep", "0.3,1.0"]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    sizes = sorted({row["kv_cache_tokens"] for row in rows})
+    assert len(sizes) == 3
+    by_size = {kv: [r["system"] for r in rows if r["kv_cache_tokens"] == kv] for kv in sizes}
+    assert sorted(len(systems) for systems in by_size.values()) == [2, 2, 6]
+    assert all(row["outputs_agree"] for row in rows)
+    fixed_1 = next(r for r in rows if r["system"] == "adaptive+fixed:1")
+    assert fixed_1["retries"] > 0
+    names = {p.name for p in plot_file(out)}
+    assert names == {f"sweep-{f}.png" for f in ("fig7-time", "fig8-kv-sweep", "fig9-blocking",
+                     "fig11-pinning", "fig12-budgets", "prefill")}  # fmt: skip
+
+    # a second run starts the file anew and keeps the earlier records beside it
+    assert cli.main([*argv[:5], "--systems", "adaptive", "--out", str(out)]) == 0
+    assert [row["system"] for row in json.loads(out.read_text())] == ["adaptive"]
+    assert json.loads((tmp_path / "sweep.previous.json").read_text()) == rows
+    assert cli.main([*argv[:5], "--systems", "adaptive", "--out", str(out), "--append"]) == 0
+    assert len(json.loads(out.read_text())) == 2
+
+
+def test_bench_command_refuses_an_unknown_workload_and_bad_sweep(tmp_path: Path) -> None:
+    out = tmp_path / "x.json"
+    assert cli.main(["bench", "--engine", "sim", "--workload", "tpch", "--out", str(out)]) == 2
+    with pytest.raises(SystemExit, match="kv-sweep"):
+        cli.main(["bench", "--engine", "sim", "--kv-sweep", "0,1", "--out", str(out)])
+    assert not out.exists()
 
 
 async def test_records_have_the_documented_fields_and_plots_are_written(tmp_path: Path) -> None:
@@ -45,5 +94,8 @@ async def test_records_have_the_documented_fields_and_plots_are_written(tmp_path
     adaptive = next(r for r in rows if r["system"] == "adaptive")
     assert adaptive["prefill_tokens"] <= 1.1 * adaptive["min_prefill_tokens"]
     written = plot_file(out)
-    assert {p.name for p in written} == {"suite-time.png", "suite-prefill.png", "suite-splits.png"}
+    assert {p.name for p in written} == {
+        "suite-fig7-time.png", "suite-fig9-blocking.png", "suite-fig10-splits.png",
+        "suite-prefill.png",
+    }  # fmt: skip
     assert all(p.stat().st_size > 1000 for p in written)

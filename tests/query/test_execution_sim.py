@@ -418,6 +418,24 @@ async def test_filter_that_answers_no_everywhere_gives_an_empty_frame_with_the_p
     assert list(result.frame.columns) == list(plan.columns)
 
 
+async def test_negated_join_keeps_exactly_the_pairs_the_plain_join_drops(
+    make_engine: EngineFactory, review_tables: tuple[Table, Table]
+) -> None:
+    left, aspects = review_tables
+    instruction = "Does the {aspect} hold for the {text}?"
+    plain = await left.sem_join(aspects, instruction).arun(make_engine())
+    negated_plan = left.sem_join(aspects, instruction, negate=True)
+    negated = await negated_plan.arun(make_engine())
+    assert "sem_join NOT" in negated_plan.explain()
+
+    def pairs(result: QueryResult) -> set[tuple[int, str]]:
+        return set(zip(result.frame["review_id"], result.frame["aspect"], strict=True))
+
+    assert pairs(plain).isdisjoint(pairs(negated))
+    assert len(plain.frame) + len(negated.frame) == 10 * 8
+    assert 0 < len(negated.frame) < 80
+
+
 async def test_filter_answers_are_not_retried(make_engine: EngineFactory) -> None:
     """A predicate's bound is static: an answer cut at max_tokens is parsed as is."""
     plan = kalypso.table(synthetic_notes(3, 5)).sem_filter("Is the {text} ok?", max_tokens=1)
@@ -495,6 +513,30 @@ async def test_retry_bounds_stop_at_the_hard_cap(make_engine: EngineFactory) -> 
     assert [r.finish_reason for r in engine.results] == ["length"] * 3
     assert by_op(result)["1:sem_map"].retries == 2
     assert len(result.frame["d"][0].split()) == 24  # cut at the cap: what the user asked for
+
+
+@pytest.mark.parametrize(("fixed_tokens", "bounds"), [(8, [8, 16, 64]), (32, [32, 64]), (48, [48])])
+async def test_a_fixed_budget_replaces_the_estimator_and_answers_do_not_change(
+    make_engine: EngineFactory, fixed_tokens: int, bounds: list[int]
+) -> None:
+    plan = kalypso.table(synthetic_notes(2, 5)).sem_map(
+        "Describe the {text}.", "d", max_tokens=64, first_bound_tokens=16
+    )
+    engine = make_engine(outputs=LONG_ANSWERS)
+    result = await plan.arun(engine, fixed_bound_tokens=fixed_tokens)
+    for key in range(2):
+        attempts = [r for r in engine.requests if r.request_id.split(":")[3] == str(key)]
+        assert [r.max_tokens for r in attempts] == bounds
+    assert result.retries == 2 * (len(bounds) - 1)
+    assert [len(text.split()) for text in result.frame["d"]] == [40, 40]
+
+
+async def test_a_fixed_budget_below_one_token_is_refused(make_engine: EngineFactory) -> None:
+    plan = kalypso.table(synthetic_notes(1, 5)).sem_map("Describe the {text}.", "d")
+    engine = make_engine()
+    with pytest.raises(kalypso.PlanError, match="fixed_bound_tokens"):
+        await plan.arun(engine, fixed_bound_tokens=0)
+    assert engine.requests == []
 
 
 async def test_no_retry_when_the_first_bound_is_the_cap(make_engine: EngineFactory) -> None:

@@ -8,13 +8,14 @@ import dataclasses
 import json
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from kalypso.bench.runner import (
-    lotus_record,
+    external_record,
     needs_pinning,
     run_systems,
     summary_table,
@@ -23,7 +24,9 @@ from kalypso.bench.runner import (
 from kalypso.bench.workloads import WORKLOADS
 from kalypso.engine.protocol import Engine
 
-DEFAULT_SYSTEMS = "operator-at-a-time,adaptive"
+DEFAULT_SYSTEMS = "suite"
+DEFAULT_SWEEP_SYSTEMS = "operator-at-a-time,adaptive"
+DEFAULT_BLOCK_SIZE_TOKENS = 32
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,9 +46,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " against the same server (--engine http; contractnli and medec)",
     )
     parser.add_argument(
+        "--pz-python",
+        type=Path,
+        default=None,
+        help="python of a Palimpzest venv: also run the workload with Palimpzest"
+        " (like --lotus-python)",
+    )
+    parser.add_argument(
         "--systems",
         default=DEFAULT_SYSTEMS,
-        help="comma-separated policies, optionally with +explicit or +fixed (adaptive+explicit)",
+        help="suite (each workload's default systems: operator-at-a-time, adaptive,"
+        " adaptive+explicit, plus static splits on two-stage shapes and fixed output budgets"
+        " on medec) or comma-separated policies, optionally with +explicit, +fixed or"
+        " +fixed:N (adaptive+explicit)",
+    )
+    parser.add_argument(
+        "--kv-sweep",
+        default="",
+        help="comma-separated extra KV fractions (e.g. 0.2,0.45,1.0): each workload also"
+        " runs --sweep-systems at these KV sizes, one engine per size (paper Figure 8)",
+    )
+    parser.add_argument(
+        "--kv-sweep-tokens",
+        default="",
+        help="comma-separated extra KV sizes in tokens (like --kv-sweep, absolute)",
+    )
+    parser.add_argument("--sweep-systems", default=DEFAULT_SWEEP_SYSTEMS)
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=DEFAULT_BLOCK_SIZE_TOKENS,
+        help="vLLM KV block size in tokens, the prefix cache's granularity (default 32: the"
+        " smallest the CPU kernels run at full speed; the paper's GPUs use 16)",
     )
     parser.add_argument(
         "--kv-fraction",
@@ -62,51 +94,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sim-profile", default="llama-3.3-70b-4xgpu", help="cost profile for --engine sim"
     )
-    parser.add_argument("--out", type=Path, default=None, help="JSON file to append records to")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON file for the records (default bench/results/<engine>-<scale>.json); an"
+        " existing file is kept as <name>.previous.json unless --append",
+    )
+    parser.add_argument(
+        "--append", action="store_true", help="add to the --out file instead of starting it anew"
+    )
 
 
-def _kv_tokens(args: argparse.Namespace, table_tokens: int, longest_tokens: int) -> int:
+def _kv_tokens(kv_tokens: int, longest_tokens: int) -> int:
     """The KV size asked for, with room for at least two of the longest documents plus
     prompt and output (a smaller cache cannot run one request)."""
-    asked = int(args.kv_tokens or table_tokens * args.kv_fraction)
-    return max(asked, 2 * longest_tokens + 1024)
+    return max(kv_tokens, 2 * longest_tokens + 1024)
 
 
-async def _engine_for(args: argparse.Namespace, table_tokens: int, longest_tokens: int) -> Engine:
+async def _engine_for(
+    args: argparse.Namespace, systems: list[str], kv_tokens: int, longest_tokens: int
+) -> Engine:
     if args.engine == "sim":
         from kalypso.engine.sim import SimEngine, get_profile
 
         profile = get_profile(args.sim_profile)
         block = profile.capacity.block_size_tokens
-        blocks = max(4, _kv_tokens(args, table_tokens, longest_tokens) // block)
+        blocks = max(4, _kv_tokens(kv_tokens, longest_tokens) // block)
         return SimEngine(profile, num_blocks=blocks, max_model_len_tokens=blocks * block)
     from kalypso.engine.vllm_local import LocalVLLMEngine
     from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
     from kalypso.models import resolve_model
 
     per_token = kv_bytes_per_token(resolve_model()) or 23_040
-    kv_bytes = _kv_tokens(args, table_tokens, longest_tokens) * per_token
-    if args.engine == "http":
-        return await _http_engine(args, kv_bytes)
     from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS
 
-    settings = VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=16)
-    if needs_pinning([s.strip() for s in args.systems.split(",")]):
+    kv_bytes = _kv_tokens(kv_tokens, longest_tokens) * per_token
+    settings = VLLMSettings(
+        kv_cache_bytes=kv_bytes, max_num_seqs=16, block_size_tokens=args.block_size
+    )
+    pinning = needs_pinning(systems)
+    if pinning:
         settings = dataclasses.replace(settings, scheduler_cls=PINNING_SCHEDULER_CLS)
+    if args.engine == "http":
+        return await _http_engine(settings, pinning)
     return await LocalVLLMEngine.start(settings)
 
 
-async def _http_engine(args: argparse.Namespace, kv_bytes: int) -> Engine:
+async def _http_engine(settings: Any, pinning: bool) -> Engine:
     """A server started for this run; closing the engine stops it."""
     from kalypso.engine.vllm_http import HTTPVLLMEngine
-    from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS
     from kalypso.engine.vllm_server import VLLMServer
-    from kalypso.engine.vllm_settings import VLLMSettings
 
-    pinning = needs_pinning([s.strip() for s in args.systems.split(",")])
-    settings = VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=16)
-    if pinning:
-        settings = dataclasses.replace(settings, scheduler_cls=PINNING_SCHEDULER_CLS)
     server = await asyncio.to_thread(VLLMServer.start, settings)
     try:
         engine = await HTTPVLLMEngine.connect(server.base_url, pinning=pinning)
@@ -133,15 +172,25 @@ class _ServerOwningEngine:
             self.server.stop()
 
 
-def _run_lotus(
-    args: argparse.Namespace, engine: Any, workload: Any, console: Console
+EXTERNAL_WORKLOADS = {"lotus": ("contractnli", "medec"), "palimpzest": ("contractnli", "medec")}
+"""The workloads each external library can express here (FEVER and BioDEX need index search
+with distance thresholds, which neither has as an operator we can point at our corpus)."""
+
+
+def _run_external(
+    baseline: str, python: Path, engine: Any, workload: Any, console: Console
 ) -> dict[str, Any] | None:
-    if args.lotus_python is None or not hasattr(engine, "server"):
+    """Run ``workload`` with an external library's own operators against the server the
+    engine was started with: ``bench/<baseline>_runner.py`` in that library's venv."""
+    if not hasattr(engine, "server"):
+        console.print(f"  {baseline}: needs --engine http (a server both can reach); skipped")
         return None
-    if workload.name not in ("contractnli", "medec"):
-        console.print(f"  lotus: {workload.name} not expressed with Lotus here; skipped")
+    if workload.name not in EXTERNAL_WORKLOADS[baseline]:
+        console.print(f"  {baseline}: {workload.name} not expressed with {baseline}; skipped")
         return None
-    runner = Path(__file__).resolve().parents[3] / "bench" / "lotus_runner.py"
+    script = "lotus_runner.py" if baseline == "lotus" else "pz_runner.py"
+    runner = Path(__file__).resolve().parents[3] / "bench" / script
+    console.print(f"  {workload.name} / {baseline}: running {runner.name}")
     with tempfile.TemporaryDirectory() as folder:
         job_path, out_path = Path(folder) / "job.json", Path(folder) / "out.json"
         job = {
@@ -152,56 +201,97 @@ def _run_lotus(
         }
         job_path.write_text(json.dumps(job, default=str))
         done = subprocess.run(
-            [str(args.lotus_python), str(runner), str(job_path), str(out_path)],
+            [str(python), str(runner), str(job_path), str(out_path)],
             capture_output=True,
             text=True,
         )
         if done.returncode != 0:
-            console.print(f"[red]lotus failed[/red]: {done.stderr[-2000:]}")
+            console.print(f"[red]{baseline} failed[/red]: {done.stderr[-2000:]}")
             return None
         result: dict[str, Any] = json.loads(out_path.read_text())
-    console.print(f"  {workload.name} / lotus: {result}")
+    console.print(f"  {workload.name} / {baseline}: {result}")
     return result
+
+
+def _systems(spec: str, workload: Any) -> list[str]:
+    if spec == "suite":
+        return list(workload.suite_systems())
+    return [s.strip() for s in spec.split(",") if s.strip()]
+
+
+def _positive_numbers(spec: str, option: str) -> list[float]:
+    try:
+        numbers = [float(f) for f in spec.split(",") if f.strip()]
+    except ValueError as exc:
+        raise SystemExit(f"{option}: {exc}") from exc
+    if any(n <= 0 for n in numbers):
+        raise SystemExit(f"{option}: values must be positive")
+    return numbers
+
+
+def _document_lengths(args: argparse.Namespace, workload: Any) -> list[int]:
+    if args.engine == "sim":
+        from kalypso.engine.sim.tokenizer import WordTokenizer
+
+        counter: Any = WordTokenizer()
+    else:
+        from kalypso.engine.hf_tokenizer import load_hf_tokenizer
+        from kalypso.models import resolve_model
+
+        counter = load_hf_tokenizer(resolve_model())
+    return [len(counter.encode(t)) for t in workload.table_text]
 
 
 async def run_bench(args: argparse.Namespace, console: Console) -> int:
     names = sorted(WORKLOADS) if args.workload == "all" else [args.workload]
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        console.print(
+            f"[red]unknown workload {unknown[0]!r}; choose from {sorted(WORKLOADS)}[/red]"
+        )
+        return 2
     out = args.out or Path("bench/results") / f"{args.engine}-{args.scale}.json"
+    sweep_fractions = _positive_numbers(args.kv_sweep, "--kv-sweep")
+    sweep_tokens = [int(t) for t in _positive_numbers(args.kv_sweep_tokens, "--kv-sweep-tokens")]
+    if out.exists() and not args.append:
+        previous = out.with_suffix(".previous.json")
+        out.replace(previous)
+        console.print(f"earlier records in {out} moved to {previous}")
+    started = time.monotonic()
     all_records = []
     for name in names:
-        if name not in WORKLOADS:
-            console.print(f"[red]unknown workload {name!r}; choose from {sorted(WORKLOADS)}[/red]")
-            return 2
         workload = WORKLOADS[name](args.scale)
-        from kalypso.engine.sim.tokenizer import WordTokenizer
-
-        counter = WordTokenizer() if args.engine == "sim" else None
-        if counter is not None:
-            lengths = [len(counter.encode(t)) for t in workload.table_text]
-        else:
-            from kalypso.engine.hf_tokenizer import load_hf_tokenizer
-            from kalypso.models import resolve_model
-
-            tokenizer = load_hf_tokenizer(resolve_model())
-            lengths = [len(tokenizer.encode(t)) for t in workload.table_text]
+        lengths = _document_lengths(args, workload)
         table_tokens = sum(lengths)
         longest = max(max(lengths), workload.min_kv_tokens // 2)
-        engine = await _engine_for(args, table_tokens, longest)
-        try:
-            console.print(
-                f"{name} ({args.scale}): table {table_tokens} tokens,"
-                f" KV cache {engine.capacity.total_tokens} tokens on {engine.name}"
-            )
-            records = await run_systems(engine, workload, systems, console=console)
-            await engine.reset_prefix_cache()
-            lotus = _run_lotus(args, engine, workload, console)
-            if lotus is not None:
-                records.append(lotus_record(lotus, records, workload))
-        finally:
-            await engine.close()
-        write_records(records, out)
-        all_records.extend(records)
+        main_kv = int(args.kv_tokens or table_tokens * args.kv_fraction)
+        sweep = [int(table_tokens * f) for f in sweep_fractions] + sweep_tokens
+        settings = [(main_kv, _systems(args.systems, workload), True)]
+        settings += [(kv, _systems(args.sweep_systems, workload), False) for kv in sweep]
+        for kv_tokens, systems, with_baselines in settings:
+            engine = await _engine_for(args, systems, kv_tokens, longest)
+            try:
+                console.print(
+                    f"[bold]{name}[/bold] ({args.scale}): table {table_tokens} tokens,"
+                    f" KV cache {engine.capacity.total_tokens} tokens on {engine.name};"
+                    f" {len(systems)} systems; {time.monotonic() - started:.0f} s elapsed"
+                )
+                records = await run_systems(engine, workload, systems, console=console)
+                if with_baselines:
+                    for baseline, python in (
+                        ("lotus", args.lotus_python),
+                        ("palimpzest", args.pz_python),
+                    ):
+                        if python is None:
+                            continue
+                        await engine.reset_prefix_cache()
+                        external = _run_external(baseline, python, engine, workload, console)
+                        if external is not None:
+                            records.append(external_record(baseline, external, records, workload))
+            finally:
+                await engine.close()
+            write_records(records, out)
+            all_records.extend(records)
     Console(width=160).print(summary_table(all_records))
-    console.print(f"records appended to {out}")
+    console.print(f"records written to {out}; {time.monotonic() - started:.0f} s in all")
     return 0

@@ -51,8 +51,9 @@ class BenchRecord:
 
 def system_options(system: str) -> dict[str, Any]:
     """``arun`` options for a system name: a policy, optionally with modifiers -
-    ``+explicit`` (explicit pinning) and ``+fixed`` (fixed output bounds, no estimator),
-    e.g. ``adaptive+explicit`` or ``adaptive+fixed``."""
+    ``+explicit`` (explicit pinning), ``+fixed`` (each operator's own first bound, no
+    estimator) and ``+fixed:N`` (every generative operator starts at N output tokens),
+    e.g. ``adaptive+explicit``, ``adaptive+fixed`` or ``adaptive+fixed:8``."""
     policy, *modifiers = system.split("+")
     options: dict[str, Any] = {"policy": policy}
     for modifier in modifiers:
@@ -60,6 +61,8 @@ def system_options(system: str) -> dict[str, Any]:
             options["pinning"] = "explicit"
         elif modifier == "fixed":
             options["estimate_bounds"] = False
+        elif modifier.startswith("fixed:") and modifier[6:].isdigit() and int(modifier[6:]) > 0:
+            options["fixed_bound_tokens"] = int(modifier[6:])
         else:
             raise ValueError(f"unknown system modifier {modifier!r} in {system!r}")
     return options
@@ -117,23 +120,24 @@ async def run_systems(
     return records
 
 
-def lotus_record(
-    lotus: dict[str, Any], records: list[BenchRecord], workload: Workload
+def external_record(
+    system: str, measured: dict[str, Any], records: list[BenchRecord], workload: Workload
 ) -> BenchRecord:
-    """A record for a Lotus run on the same server. Lotus builds its own prompts, so its
-    outputs are not compared (``outputs_agree`` is false by construction)."""
+    """A record for a run of an external library (Lotus, Palimpzest) on the same server.
+    It builds its own prompts, so its outputs are not compared (``outputs_agree`` is false
+    by construction)."""
     reference = records[0]
-    prompt_tokens = int(lotus["prompt_tokens"])
-    cached_tokens = int(lotus["cached_tokens"])
+    prompt_tokens = int(measured["prompt_tokens"])
+    cached_tokens = int(measured["cached_tokens"])
     return BenchRecord(
         workload=workload.name,
-        system="lotus",
+        system=system,
         scale=workload.scale,
         engine=reference.engine,
         kv_cache_tokens=reference.kv_cache_tokens,
         table_tokens=reference.table_tokens,
-        time_s=float(lotus["time_s"]),
-        llm_calls=int(lotus["llm_calls"]),
+        time_s=float(measured["time_s"]),
+        llm_calls=int(measured["llm_calls"]),
         prompt_tokens=prompt_tokens,
         cached_tokens=cached_tokens,
         prefill_tokens=prompt_tokens - cached_tokens,
@@ -142,7 +146,7 @@ def lotus_record(
         lost_prefixes=0,
         dependent_hit_rate=0.0,
         peak_kv_reserved_blocks=0,
-        output_rows=int(lotus["output_rows"]),
+        output_rows=int(measured["output_rows"]),
         outputs_agree=False,
     )
 

@@ -142,6 +142,8 @@ class LocalVLLMEngine:
         optional: dict[str, Any] = {"dtype": settings.dtype}
         if max_model_len is not None:
             optional["max_model_len"] = max_model_len
+        if settings.block_size_tokens is not None:
+            optional["block_size"] = settings.block_size_tokens
         args = AsyncEngineArgs(
             model=model_path,
             tokenizer=model_path,

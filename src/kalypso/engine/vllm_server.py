@@ -69,6 +69,8 @@ def server_command(settings: VLLMSettings, port: int, served_model_name: str) ->
     ]
     if max_len:
         cmd += ["--max-model-len", str(max_len)]
+    if settings.block_size_tokens is not None:
+        cmd += ["--block-size", str(settings.block_size_tokens)]
     if settings.enforce_eager:
         cmd.append("--enforce-eager")
     if settings.scheduler_cls:

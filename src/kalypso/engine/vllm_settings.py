@@ -24,6 +24,9 @@ class VLLMSettings:
         max_model_len_tokens: context limit; default: the model's, capped to the KV cache.
         max_num_seqs: most requests running at once.
         max_num_batched_tokens: token budget per engine step (chunked prefill).
+        block_size_tokens: tokens per KV block, the prefix cache's granularity (a shared
+            prefix is reused in whole blocks). None: vLLM's default (128 on CPU, 16 on GPU).
+            The CPU kernels want a multiple of 32.
         enforce_eager: skip graph compilation (start in seconds instead of a minute on CPU).
         dtype: weights and activations ("bfloat16" on CPU and most GPUs).
         seed: sampling seed.
@@ -36,6 +39,7 @@ class VLLMSettings:
     max_model_len_tokens: int | None = None
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 2048
+    block_size_tokens: int | None = None
     enforce_eager: bool = True
     dtype: str = "bfloat16"
     seed: int = 0

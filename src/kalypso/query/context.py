@@ -64,6 +64,8 @@ class ExecContext:
             :class:`BoundExceeded` when a bound is reached (set by the scheduler, which
             reserves memory per bound); otherwise every call runs with its cap.
         max_retries: re-enqueues of a task at doubled bounds before going to the cap.
+        fixed_bound_tokens: one first bound for every generative operator instead of the
+            estimator's or the operator's own (the fixed-budget ablation, paper Figure 12).
     """
 
     engine: Engine
@@ -73,6 +75,7 @@ class ExecContext:
     query_id: str = "q"
     estimator: TokenBoundEstimator | None = None
     bounded_outputs: bool = False
+    fixed_bound_tokens: int | None = None
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def stats_for(self, op_id: str) -> OperatorStats:
@@ -86,12 +89,15 @@ class ExecContext:
         self, op_id: str, prompt_tokens: int, max_tokens: int, first_bound_tokens: int | None
     ) -> int:
         """The bound the next call of ``op_id`` starts with: a per-task override (after a
-        retry), else the estimator's (generative operators), else the operator's own."""
+        retry), else the fixed one or the estimator's (generative operators), else the
+        operator's own."""
         overrides = _BOUND_OVERRIDES.get()
         if overrides and op_id in overrides:
             return min(overrides[op_id], max_tokens)
         if first_bound_tokens is None:
             return max_tokens
+        if self.fixed_bound_tokens is not None:
+            return min(self.fixed_bound_tokens, max_tokens)
         if self.estimator is not None:
             return self.estimator.bound(
                 op_id, prompt_tokens, default_tokens=first_bound_tokens, cap_tokens=max_tokens

@@ -184,8 +184,9 @@ class JoinPredicate(SemFilter):
         *,
         thresholds: CascadeThresholds | None = None,
         max_tokens: int = FILTER_MAX_TOKENS,
+        negate: bool = False,
     ) -> None:
-        super().__init__(instruction, max_tokens=max_tokens)
+        super().__init__(instruction, max_tokens=max_tokens, negate=negate)
         self.thresholds = thresholds
 
     def describe(self) -> str:
@@ -195,7 +196,7 @@ class JoinPredicate(SemFilter):
         ):
             t = self.thresholds
             cascade = f" cascade(accept<{t.accept_below}, reject>{t.reject_above})"
-        return f"sem_join {self.instruction.text!r}{cascade}"
+        return f"sem_join {'NOT ' if self.negate else ''}{self.instruction.text!r}{cascade}"
 
     async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
         if self.thresholds is not None and DISTANCE_COLUMN in row.values:

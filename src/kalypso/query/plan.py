@@ -239,8 +239,11 @@ class Table:
         beta: float = 0.5,
         pinning: str = "virtual",
         estimate_bounds: bool = True,
+        fixed_bound_tokens: int | None = None,
     ) -> QueryResult:
         """Run the plan on ``engine`` (async). See :meth:`run`."""
+        if fixed_bound_tokens is not None and fixed_bound_tokens < 1:
+            raise PlanError(f"fixed_bound_tokens must be at least 1, got {fixed_bound_tokens}")
         options = ExecutionOptions(policy, max_tasks_in_flight, max_retries, alpha, beta, pinning)
         physical = self.physical_plan()
         ctx = ExecContext(
@@ -248,7 +251,10 @@ class Table:
             PromptLayout(engine.tokenizer, system_prompt),
             max_retries=max_retries,
             query_id=query_id or f"q{uuid.uuid4().hex[:8]}",
-            estimator=TokenBoundEstimator() if estimate_bounds else None,
+            estimator=(
+                TokenBoundEstimator() if estimate_bounds and fixed_bound_tokens is None else None
+            ),
+            fixed_bound_tokens=fixed_bound_tokens,
         )
         for planned in physical.operators():
             ctx.stats_for(planned.op_id)
@@ -289,6 +295,9 @@ class Table:
                 are detected and broken by releasing all pins).
             estimate_bounds: learn generative operators' output bounds online (default);
                 when false they always start at their fixed ``first_bound_tokens``.
+            fixed_bound_tokens: start every generative operator's calls at this many output
+                tokens (no estimator; retries double it up to the operator's cap), the
+                fixed-budget ablation of the paper's Figure 12.
 
         Raises:
             PlanError: before any LLM call, for values that cannot enter a prompt or
