@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kalypso-installed
 
-.PHONY: setup demo test lint clean-venv lotus-venv bench
+.PHONY: setup demo test lint clean-venv lotus-venv pz-venv bench bench-paper
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,12 +36,26 @@ lotus-venv:
 	test -x $(LOTUS_VENV)/bin/python || $(PYTHON) -m venv $(LOTUS_VENV)
 	$(LOTUS_VENV)/bin/pip install -q "torch==2.13.0" "lotus-ai==1.2.4"
 
-# The quick suite on real vLLM (CPU), with Lotus on the same server.
-bench: setup lotus-venv
+# Palimpzest, likewise in its own venv (it pins numpy==2.0.2 and pyarrow==20.0.0). On
+# Python 3.11, bench/pz_runner.py lends it typing.TypeAliasType (see that file).
+PZ_VENV ?= .venv-pz
+pz-venv:
+	test -x $(PZ_VENV)/bin/python || $(PYTHON) -m venv $(PZ_VENV)
+	$(PZ_VENV)/bin/pip install -q "torch==2.13.0" "palimpzest==0.9.0"
+
+# The quick suite on real vLLM (CPU): every workload under its suite of systems (see
+# `kalypso bench --help`), Lotus and Palimpzest on the same server, and a KV sweep; then the figures.
+bench: setup lotus-venv pz-venv
 	$(BIN)/kalypso bench --engine http --scale quick --lotus-python $(LOTUS_VENV)/bin/python \
-		--systems operator-at-a-time,adaptive,adaptive+explicit,static:0.3,static:0.7 \
-		--out bench/results/quick.json
+		--pz-python $(PZ_VENV)/bin/python --kv-sweep 0.5,1.0 --out bench/results/quick.json
 	$(BIN)/python -m kalypso.bench.plots bench/results/quick.json
+
+# The paper-scale suite on the simulator with the Llama-3.3-70B cost profile, at the KV
+# sizes of the paper's memory settings 0.9 and 0.6 (Figure 8 also sweeps 0.5).
+bench-paper: setup
+	$(BIN)/kalypso bench --engine sim --scale paper --kv-tokens 581700 \
+		--kv-sweep-tokens 233800,117800 --out bench/results/sim-paper.json
+	$(BIN)/python -m kalypso.bench.plots bench/results/sim-paper.json
 
 clean-venv:
 	rm -rf $(VENV)

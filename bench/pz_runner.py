@@ -21,9 +21,10 @@ runtime shims are applied here (no library file is edited):
   package says Python>=3.10; on 3.11 it is lent ``typing_extensions.TypeAliasType`` while
   Palimpzest itself imports.
 
-Palimpzest has no negated filter: as in ``lotus_runner.py`` the filter asks Kalypso's
-question and the rows the LLM says no to are kept (a Palimpzest run for the filter, then
-one for the rest of the plan over the kept rows).
+Palimpzest has no negated filter or join: as in ``lotus_runner.py`` the filter (and the
+ContractNLI join) asks Kalypso's question and the rows (pairs) the LLM says no to are kept;
+each negated operator is its own Palimpzest run, the rest of the plan runs over what it
+kept.
 """
 
 from __future__ import annotations
@@ -149,18 +150,29 @@ def run(job: dict[str, Any]) -> int:
         )
         if contracts.empty:
             return 0
-        plan = (
+        hypotheses = tables["hypotheses"]
+        # Palimpzest's sem_join has no negation either: its own join over all pairs asks the
+        # question, and the pairs the LLM says no to are kept
+        silent = (
             dataset("contracts", contracts)
             .sem_join(
-                dataset("hypotheses", tables["hypotheses"]),
-                "Does the contract text state what the hypothesis says?",
+                dataset("hypotheses", hypotheses),
+                "Is the contract text silent about whether the hypothesis holds?",
                 depends_on=["text", "hypothesis"],
             )
-            .sem_map(
-                [{"name": "evidence", "type": str,
-                  "desc": "Quote the clause of the contract text that supports the hypothesis."}],
-                depends_on=["text", "hypothesis"],
-            )
+            .run(config())
+        )  # fmt: skip
+        pairs = contracts.merge(hypotheses, how="cross")
+        if len(silent):
+            said_yes = silent.to_df()[["contract_id", "hypothesis"]].drop_duplicates()
+            marked = pairs.merge(said_yes, how="left", indicator=True)
+            pairs = marked[marked["_merge"] == "left_only"].drop(columns="_merge")
+        if pairs.empty:
+            return 0
+        plan = dataset("pairs", pairs).sem_map(
+            [{"name": "evidence", "type": str,
+              "desc": "Quote the clause of the contract text that addresses the hypothesis."}],
+            depends_on=["text", "hypothesis"],
         )  # fmt: skip
         return len(plan.run(config()))
     raise SystemExit(f"unknown workload {job['workload']!r}")
@@ -171,11 +183,15 @@ def main() -> int:
     out_path = Path(sys.argv[2]).resolve()
     point_litellm_at(job["base_url"], job["model"], job.get("max_tokens", 48))
     before = counters(job["base_url"])
+    home = Path.cwd()
     with tempfile.TemporaryDirectory(prefix="pz-runner-") as scratch:
         os.chdir(scratch)  # Palimpzest writes parse-answer-errors/ into the working directory
-        started = time.monotonic()
-        output_rows = run(job)
-        elapsed_s = time.monotonic() - started
+        try:
+            started = time.monotonic()
+            output_rows = run(job)
+            elapsed_s = time.monotonic() - started
+        finally:
+            os.chdir(home)
     after = counters(job["base_url"])
     if FAILED:
         print(f"{len(FAILED)} LLM calls failed; first: {FAILED[0]}", file=sys.stderr)

@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from kalypso import cli
 from kalypso.bench.plots import plot_file
-from kalypso.bench.runner import run_systems, system_options, write_records
+from kalypso.bench.runner import (
+    cells_agree,
+    rows_agree,
+    run_systems,
+    system_options,
+    write_records,
+)
 from kalypso.bench.workloads import biodex, contractnli, fever, medec
 from kalypso.engine.sim import SimEngine
 
@@ -90,7 +97,8 @@ async def test_records_have_the_documented_fields_and_plots_are_written(tmp_path
     rows = json.loads(out.read_text())
     assert len(rows) == 4
     assert set(rows[0]) >= REQUIRED
-    assert all(row["outputs_agree"] for row in rows)
+    assert all(row["outputs_agree"] and row["rows_agree"] for row in rows)
+    assert all(row["cells_agree"] == 1.0 for row in rows)
     adaptive = next(r for r in rows if r["system"] == "adaptive")
     assert adaptive["prefill_tokens"] <= 1.1 * adaptive["min_prefill_tokens"]
     written = plot_file(out)
@@ -99,3 +107,14 @@ async def test_records_have_the_documented_fields_and_plots_are_written(tmp_path
         "suite-prefill.png",
     }  # fmt: skip
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_agreement_separates_decisions_from_generated_text() -> None:
+    reference = pd.DataFrame({"id": [1, 2], "text": ["a", "b"], "summary": ["x", "y"]})
+    other_text = reference.assign(summary=["x", "z"])
+    other_rows = pd.DataFrame({"id": [1, 3], "text": ["a", "c"], "summary": ["x", "y"]})
+    assert rows_agree(other_text, reference, ["id", "text"])
+    assert cells_agree(other_text, reference) == pytest.approx(5 / 6, abs=1e-4)
+    assert not rows_agree(other_rows, reference, ["id", "text"])
+    assert not rows_agree(reference.head(1), reference, ["id", "text"])
+    assert cells_agree(reference.head(1), reference) == 0.0

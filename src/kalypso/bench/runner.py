@@ -6,7 +6,10 @@ a JSON list with the fields other tools read (``workload``, ``system``, ``scale`
 ``engine``, ``kv_cache_tokens``, ``time_s``, ``llm_calls``, ``prompt_tokens``,
 ``cached_tokens``, ``prefill_tokens``, ``min_prefill_tokens``, ``retries``,
 ``outputs_agree``, ...). ``outputs_agree`` compares each system's output table with
-operator-at-a-time's (the first system when that one is not run).
+operator-at-a-time's (the first system when that one is not run); ``rows_agree`` compares
+only the rows kept (the decisions) and ``cells_agree`` is the fraction of equal cells, for
+generated text that differs (bf16 on CPU: a prefix read from the cache is not bit-equal to
+the same prefix computed in another batch).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from rich.console import Console
 from rich.table import Table as RichTable
 
@@ -47,6 +51,10 @@ class BenchRecord:
     peak_kv_reserved_blocks: int
     output_rows: int
     outputs_agree: bool
+    rows_agree: bool
+    """The same rows as the reference (its input-table columns equal): the same decisions."""
+    cells_agree: float
+    """Fraction of output cells equal to the reference's (0 when the shapes differ)."""
 
 
 def system_options(system: str) -> dict[str, Any]:
@@ -92,6 +100,7 @@ async def run_systems(
         if console is not None:
             console.print(f"  {workload.name} / {system}: {result.report()}")
     reference = results[BASELINE][0] if BASELINE in results else results[systems[0]][0]
+    input_columns = sorted({str(k) for rows in workload.tables.values() for r in rows for k in r})
     records = []
     for system in systems:
         result, elapsed_s = results[system]
@@ -115,9 +124,27 @@ async def run_systems(
                 peak_kv_reserved_blocks=result.peak_reserved_blocks,
                 output_rows=len(result.frame),
                 outputs_agree=bool(result.frame.equals(reference.frame)),
+                rows_agree=rows_agree(result.frame, reference.frame, input_columns),
+                cells_agree=cells_agree(result.frame, reference.frame),
             )
         )
     return records
+
+
+def rows_agree(frame: pd.DataFrame, reference: pd.DataFrame, input_columns: list[str]) -> bool:
+    columns = [c for c in input_columns if c in reference.columns]
+    if frame.shape != reference.shape or not columns:
+        return bool(frame.shape == reference.shape and frame.equals(reference))
+    return bool(
+        frame[columns].reset_index(drop=True).equals(reference[columns].reset_index(drop=True))
+    )
+
+
+def cells_agree(frame: pd.DataFrame, reference: pd.DataFrame) -> float:
+    if frame.shape != reference.shape or frame.size == 0:
+        return float(frame.shape == reference.shape)
+    equal = frame.reset_index(drop=True).eq(reference.reset_index(drop=True))
+    return round(float(equal.to_numpy().mean()), 4)
 
 
 def external_record(
@@ -148,6 +175,8 @@ def external_record(
         peak_kv_reserved_blocks=0,
         output_rows=int(measured["output_rows"]),
         outputs_agree=False,
+        rows_agree=False,
+        cells_agree=0.0,
     )
 
 
@@ -173,6 +202,8 @@ def summary_table(records: list[BenchRecord]) -> RichTable:
         "lost",
         "retries",
         "agree",
+        "rows agree",
+        "cells agree",
     )
     for header in headers:
         table.add_column(header, justify="left" if header in ("workload", "system") else "right")
@@ -192,5 +223,7 @@ def summary_table(records: list[BenchRecord]) -> RichTable:
             str(r.lost_prefixes),
             str(r.retries),
             str(r.outputs_agree),
+            str(r.rows_agree),
+            f"{r.cells_agree:.3f}",
         )
     return table

@@ -65,7 +65,7 @@ FIXED_BUDGETS = tuple(f"adaptive+fixed:{tokens}" for tokens in (1, 8, 48))
 
 def contractnli(scale: str = "quick", seed: int = 0) -> Workload:
     # 1,480 words is about 2,200 tokens, the paper's mean contract (2,145 tokens).
-    n, words = (10, 1480) if scale == "quick" else (607, 1480)
+    n, words = (8, 1480) if scale == "quick" else (607, 1480)
     data = contract_data.generate(n=n, seed=seed, target_words=words, nda_fraction=1.0)
     contracts = data.contracts[["contract_id", "text"]]
     hypotheses = data.hypotheses[["hypothesis"]]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from kalypso.engine.protocol import Engine, GenerateRequest, GenerateResult
 from kalypso.prompts import PromptLayout
+from kalypso.query.ideal_cache import IdealPrefixCache
 from kalypso.query.rows import Row
 from kalypso.query.stats import OperatorStats
 from kalypso.scheduler.estimator import TokenBoundEstimator
@@ -76,7 +77,11 @@ class ExecContext:
     estimator: TokenBoundEstimator | None = None
     bounded_outputs: bool = False
     fixed_bound_tokens: int | None = None
+    ideal_cache: IdealPrefixCache = field(init=False)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        self.ideal_cache = IdealPrefixCache(self.engine.capacity.block_size_tokens)
 
     def stats_for(self, op_id: str) -> OperatorStats:
         return self.stats.setdefault(op_id, OperatorStats(op_id))
@@ -158,9 +163,10 @@ class ExecContext:
             pin_key=_PIN_KEY.get(),
         )
         expected = self.expected_cached_tokens(row, prompt)
+        least = self.ideal_cache.prefill_tokens(prompt)
         result = await self.engine.generate(request)
         row.last_prompt = prompt
-        stats.record(result, expected_cached_tokens=expected)
+        stats.record(result, expected_cached_tokens=expected, min_prefill_tokens=least)
         if self.estimator is not None and first_bound_tokens is not None:
             self.estimator.observe(op_id, result.prompt_tokens, result.output_tokens)
         if result.finish_reason == "length" and bound < max_tokens:

@@ -80,9 +80,9 @@ class QueryResult:
 
     @property
     def min_prefill_tokens(self) -> int:
-        """Prefill the plan needs if every tuple's prefix is computed once: prompt tokens
-        minus the full-block prefixes every dependent call could have reused."""
-        return self.prompt_tokens - sum(s.expected_prefix_tokens for s in self.operator_stats)
+        """Prefill the run's prompts need at the least: every distinct full-block prefix
+        computed once (an unbounded prefix cache, :mod:`kalypso.query.ideal_cache`)."""
+        return sum(s.min_prefill_tokens for s in self.operator_stats)
 
     @property
     def lost_prefixes(self) -> int:

@@ -36,13 +36,23 @@ class OperatorStats:
     """Of those, the tokens the engine reported cached."""
     lost_prefixes: int = 0
     """Dependent calls that found less than their expected prefix (evicted)."""
+    min_prefill_tokens: int = 0
+    """Prefill an unbounded prefix cache would compute for these calls
+    (:mod:`kalypso.query.ideal_cache`)."""
 
     @property
     def prefill_tokens(self) -> int:
         return self.prompt_tokens - self.cached_tokens
 
-    def record(self, result: GenerateResult, *, expected_cached_tokens: int = 0) -> None:
+    def record(
+        self,
+        result: GenerateResult,
+        *,
+        expected_cached_tokens: int = 0,
+        min_prefill_tokens: int = 0,
+    ) -> None:
         self.calls += 1
+        self.min_prefill_tokens += min_prefill_tokens
         self.prompt_tokens += result.prompt_tokens
         self.cached_tokens += result.cached_tokens
         self.llm_time_s += result.timings.total_s
