@@ -10,6 +10,7 @@ import pytest
 
 from kalypso import cli
 from kalypso.bench.plots import plot_file
+from kalypso.bench.report import markdown
 from kalypso.bench.runner import (
     cells_agree,
     rows_agree,
@@ -62,6 +63,9 @@ def test_bench_command_runs_the_suite_and_a_kv_sweep_and_draws_every_figure(
     assert all(row["outputs_agree"] for row in rows)
     fixed_1 = next(r for r in rows if r["system"] == "adaptive+fixed:1")
     assert fixed_1["retries"] > 0
+    table = markdown(rows)
+    assert table.count("**medec**, KV cache") == 3
+    assert "| adaptive+fixed:1 |" in table and "| 1.00x |" in table
     names = {p.name for p in plot_file(out)}
     assert names == {f"sweep-{f}.png" for f in ("fig7-time", "fig8-kv-sweep", "fig9-blocking",
                      "fig11-pinning", "fig12-budgets", "prefill")}  # fmt: skip
