@@ -40,16 +40,16 @@ def counters(base_url: str) -> dict[str, float]:
     return out
 
 
-def keep_no(frame: pd.DataFrame, instruction: str) -> pd.DataFrame:
-    """A negated sem_filter (Kalypso's ``negate=True``): keep rows the LLM says no to."""
-    judged = frame.sem_filter(instruction, return_all=True, suffix="_keep")
-    return judged[~judged["_keep"]].drop(columns=["_keep"])
-
-
 def run(job: dict) -> pd.DataFrame:
+    """The workload with Lotus's operators. Kalypso's plans ask negated questions ("is
+    it unrelated to ...?", kept on "no") because, under Kalypso's prompt, the 135M model
+    answers "No" to nearly everything. Under Lotus's prompt the same model mostly answers
+    in prose, which Lotus reads as True; asked negated questions, Lotus then dropped every
+    contract. So Lotus asks the positive question, which keeps what the paper's workloads
+    keep (all NDAs, the pairs to explain)."""
     tables = {name: pd.DataFrame(rows) for name, rows in job["tables"].items()}
     if job["workload"] == "medec":
-        notes = keep_no(tables["notes"], "Is this clinical {text} free of medical errors?")
+        notes = tables["notes"].sem_filter("Does this clinical {text} contain a medical error?")
         notes = notes.sem_map(
             "Which sentence of the {text} contains the error? Give its number.",
             suffix="error_sentence",
@@ -58,13 +58,12 @@ def run(job: dict) -> pd.DataFrame:
             "Rewrite the wrong sentence of the {text} correctly.", suffix="correction"
         )
     if job["workload"] == "contractnli":
-        contracts = keep_no(
-            tables["contracts"], "Is this {text} unrelated to confidentiality obligations?"
+        contracts = tables["contracts"].sem_filter(
+            "Is this {text} about confidentiality obligations?"
         )
-        # Lotus's sem_join has no negation: its negated predicate is a sem_filter over the
-        # Cartesian product (the same per-pair LLM calls, left-major like sem_join's loop).
-        pairs = contracts.merge(tables["hypotheses"], how="cross")
-        joined = keep_no(pairs, "Is the contract {text} silent about whether: {hypothesis}")
+        joined = contracts.sem_join(
+            tables["hypotheses"], "Does the contract {text:left} address: {hypothesis:right}"
+        )
         if len(joined) == 0:
             return joined
         return joined.sem_map(

@@ -122,3 +122,12 @@ def test_agreement_separates_decisions_from_generated_text() -> None:
     assert not rows_agree(other_rows, reference, ["id", "text"])
     assert not rows_agree(reference.head(1), reference, ["id", "text"])
     assert cells_agree(reference.head(1), reference) == 0.0
+
+
+def test_sweep_sizes_raised_to_a_size_already_run_are_skipped(tmp_path: Path) -> None:
+    """FEVER's prompts carry five passages, so its KV floor is above the whole table:
+    every sweep size is raised to the main size and nothing is run twice."""
+    out = tmp_path / "fever.json"
+    argv = ["bench", "--engine", "sim", "--workload", "fever", "--kv-sweep", "0.5,1.0"]
+    assert cli.main([*argv, "--systems", "adaptive", "--out", str(out)]) == 0
+    assert [row["system"] for row in json.loads(out.read_text())] == ["adaptive"]

@@ -11,12 +11,17 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+import kalypso
+from kalypso.engine.sim import SimEngine
+from kalypso.query import IndexJoin
 from kalypso.query.index import (
     INDEX_INSTALL_COMMAND,
     MINILM_DIMENSION,
@@ -32,6 +37,7 @@ from kalypso.query.index import (
     load_sentence_transformer,
     minilm_model_dir,
 )
+from kalypso.query.shared_index import shared_index_cache
 
 REVIEW_ASPECTS = [
     "The hotel breakfast was cold and stale",
@@ -383,3 +389,27 @@ def test_cascade_on_real_distances(reviews_index: VectorIndex) -> None:
     decisions = {reviews_index.texts[hit.row]: cascade.decide(hit.distance) for hit in hits}
     assert decisions["poor battery life"] == "accept"
     assert decisions["The hotel breakfast was cold and stale"] == "reject"
+
+
+async def test_prepare_builds_every_index_of_a_plan_before_it_runs() -> None:
+    """``Table.prepare()`` does the index builds the first tuples would otherwise pay for,
+    once: the run that follows finds them built."""
+    unique = uuid.uuid4().hex  # texts no other test has indexed
+    passages = [f"{unique} passage about topic {i}" for i in range(6)]
+    terms = pd.DataFrame({"term": [f"{unique} term {i}" for i in range(5)]})
+    plan = (
+        kalypso.table(pd.DataFrame({"claim": ["topic 1 is true", "topic 4 is false"]}))
+        .index_search(passages, "{claim}", k=2)
+        .sem_join(terms, "Is {term} in {evidence}?", index=IndexJoin("{claim}", "term", k=2))
+    )
+    cache = shared_index_cache()
+    builds = cache.builds
+    assert plan.prepare() is plan
+    assert cache.builds == builds + 2
+    plan.prepare()
+    engine = SimEngine(num_blocks=256, block_size_tokens=16)
+    try:
+        await plan.arun(engine)
+    finally:
+        await engine.close()
+    assert cache.builds == builds + 2

@@ -268,7 +268,12 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
         sweep = [int(table_tokens * f) for f in sweep_fractions] + sweep_tokens
         settings = [(main_kv, _systems(args.systems, workload), True)]
         settings += [(kv, _systems(args.sweep_systems, workload), False) for kv in sweep]
+        run_sizes: set[int] = set()
         for kv_tokens, systems, with_baselines in settings:
+            if _kv_tokens(kv_tokens, longest) in run_sizes:
+                console.print(f"  {name}: KV {kv_tokens} tokens is raised to a size already run")
+                continue
+            run_sizes.add(_kv_tokens(kv_tokens, longest))
             engine = await _engine_for(args, systems, kv_tokens, longest)
             try:
                 console.print(

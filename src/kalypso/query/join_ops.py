@@ -148,6 +148,10 @@ class CartesianProduct(CartesianOperator):
         record = self._right.iloc[j]
         return {new: record[old] for old, new in self._renames.items()}
 
+    def prepare(self) -> None:
+        if self.index is not None:
+            self.vector_index()
+
     def vector_index(self) -> VectorIndex:
         """The index over the right column, built once (and shared through the cache)."""
         assert self.index is not None

@@ -90,6 +90,10 @@ class Operator(ABC):
         executor can check prompt sizes and values before any call; None otherwise."""
         return None
 
+    def prepare(self) -> None:  # noqa: B027 - a hook with nothing to do by default
+        """Do now the one-off work the operator would otherwise do on its first tuple
+        (build a vector index, load an embedding model). Idempotent."""
+
 
 class PipelinedOperator(Operator):
     """One tuple in, at most one tuple out."""

@@ -97,9 +97,16 @@ class IndexSearch(PipelinedOperator):
             f" -> {self.output_column}"
         )
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+    def vector_index(self) -> VectorIndex:
+        """The index over the passages, built once (and shared through the cache)."""
         if self._index is None:
             self._index = index_for(self.passages)
-        hits = self._index.select(self.query.render(row.values), k=self.k)
+        return self._index
+
+    def prepare(self) -> None:
+        self.vector_index()
+
+    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
+        hits = self.vector_index().select(self.query.render(row.values), k=self.k)
         evidence = "\n\n".join(self.passages[h.row] for h in hits)
         return row.with_value(self.output_column, evidence)
