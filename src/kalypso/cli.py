@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -161,13 +162,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_terminated: list[int] = []
+
+
+def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM ends the command like Ctrl-C does (asyncio cancels the running command, so
+    cleanup code runs and servers this process started are stopped instead of outliving
+    it)."""
+    _terminated.append(signum)
+    signal.raise_signal(signal.SIGINT)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     try:
         return int(args.func(args))
     except (ModelNotReadyError, EngineError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]")
+        return 128 + (_terminated[-1] if _terminated else signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,25 @@ def test_sweep_sizes_raised_to_a_size_already_run_are_skipped(tmp_path: Path) ->
     argv = ["bench", "--engine", "sim", "--workload", "fever", "--kv-sweep", "0.5,1.0"]
     assert cli.main([*argv, "--systems", "adaptive", "--out", str(out)]) == 0
     assert [row["system"] for row in json.loads(out.read_text())] == ["adaptive"]
+
+
+def test_sigterm_ends_a_bench_run_like_ctrl_c(tmp_path: Path) -> None:
+    """SIGTERM raises SystemExit in the command, so cleanup (closing engines, stopping the
+    servers it started) runs instead of the process dying on the spot."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    argv = ["-m", "kalypso.cli", "bench", "--engine", "sim", "--scale", "paper"]
+    process = subprocess.Popen(
+        [sys.executable, *argv, "--workload", "contractnli", "--out", str(tmp_path / "x.json")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(8)  # inside the run (the paper-scale suite takes minutes)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "Traceback" not in stderr
