@@ -4,6 +4,7 @@ This script runs in Lotus's own virtual environment (``make lotus-venv``; Lotus 
 numpy<2 and pandas<3), not Kalypso's. It reads a job file written by ``kalypso bench``
 (workload name, the tables, server URL and model) and writes one JSON record: time,
 LLM calls and the server's prompt and prefix-cache-hit token counters over the run.
+Output caps are Kalypso's: 8 tokens for predicates, each map's own cap.
 
     .venv-lotus/bin/python bench/lotus_runner.py JOB.json OUT.json
 """
@@ -40,6 +41,20 @@ def counters(base_url: str) -> dict[str, float]:
     return out
 
 
+PREDICATE_MAX_TOKENS = 8
+"""Kalypso's bound for predicate answers (the paper's configuration)."""
+
+
+def use_lm(job: dict, max_tokens: int) -> None:
+    """Point Lotus at the job's server and model, with the output cap Kalypso's plan uses
+    for the operator that comes next (Lotus takes one cap per LM, not per operator)."""
+    lm = LM(
+        model=f"hosted_vllm/{job['model']}", api_base=f"{job['base_url']}/v1",
+        temperature=0.0, max_tokens=max_tokens, max_batch_size=64,
+    )  # fmt: skip
+    lotus.settings.configure(lm=lm)
+
+
 def run(job: dict) -> pd.DataFrame:
     """The workload with Lotus's operators. Kalypso's plans ask negated questions ("is
     it unrelated to ...?", kept on "no") because, under Kalypso's prompt, the 135M model
@@ -48,12 +63,15 @@ def run(job: dict) -> pd.DataFrame:
     contract. So Lotus asks the positive question, which keeps what the paper's workloads
     keep (all NDAs, the pairs to explain)."""
     tables = {name: pd.DataFrame(rows) for name, rows in job["tables"].items()}
+    use_lm(job, PREDICATE_MAX_TOKENS)
     if job["workload"] == "medec":
         notes = tables["notes"].sem_filter("Does this clinical {text} contain a medical error?")
+        use_lm(job, 16)
         notes = notes.sem_map(
             "Which sentence of the {text} contains the error? Give its number.",
             suffix="error_sentence",
         )
+        use_lm(job, 48)
         return notes.sem_map(
             "Rewrite the wrong sentence of the {text} correctly.", suffix="correction"
         )
@@ -66,6 +84,7 @@ def run(job: dict) -> pd.DataFrame:
         )
         if len(joined) == 0:
             return joined
+        use_lm(job, 48)
         return joined.sem_map(
             "Quote the clause of the {text} that addresses: {hypothesis}", suffix="evidence"
         )
@@ -74,11 +93,6 @@ def run(job: dict) -> pd.DataFrame:
 
 def main() -> int:
     job = json.loads(Path(sys.argv[1]).read_text())
-    lm = LM(
-        model=f"hosted_vllm/{job['model']}", api_base=f"{job['base_url']}/v1",
-        temperature=0.0, max_tokens=job.get("max_tokens", 48), max_batch_size=64,
-    )  # fmt: skip
-    lotus.settings.configure(lm=lm)
     before = counters(job["base_url"])
     started = time.monotonic()
     result = run(job)

@@ -63,12 +63,14 @@ def _bars(
     workloads = list(dict.fromkeys(r["workload"] for r in records))
     width = 0.8 / max(1, len(systems))
     for index, system in enumerate(systems):
+        labelled = False
         for position, workload in enumerate(workloads):
             value = _value(records, workload, system, "time_s")
             if value is None:
                 continue
             x = position + index * width
-            axes.bar(x, value, width, color=f"C{index}", label=system if position == 0 else None)
+            axes.bar(x, value, width, color=f"C{index}", label=None if labelled else system)
+            labelled = True
             axes.annotate(label(workload, system), (x, value), ha="center", va="bottom", fontsize=7)
     axes.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(workloads))])
     axes.set_xticklabels(workloads)
@@ -221,11 +223,13 @@ def prefill(records: list[Record], path: Path, written: list[Path]) -> None:
     width = 0.8 / max(1, len(systems))
     figure, axes = plt.subplots(figsize=(max(7, 1.2 * len(workloads) * len(systems) / 2), 4))
     for index, system in enumerate(systems):
+        labelled = False
         for position, workload in enumerate(workloads):
             value = _value(main, workload, system, "prefill_tokens")
             if value is not None:
-                label = system if position == 0 else None
+                label = None if labelled else system
                 axes.bar(position + index * width, value, width, color=f"C{index}", label=label)
+                labelled = True
     for position, workload in enumerate(workloads):
         minimum = next(r["min_prefill_tokens"] for r in main if r["workload"] == workload)
         axes.hlines(minimum, position - width / 2, position + 0.8, colors="black")
