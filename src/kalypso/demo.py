@@ -22,6 +22,7 @@ import kalypso
 from kalypso.datasets.reviews import load_bundled
 from kalypso.engine.protocol import Engine
 from kalypso.engine.vllm_settings import VLLMSettings
+from kalypso.engine.warm_up import warm_up
 from kalypso.query.plan import QueryResult
 
 DEMO_ASPECTS = ("A1", "A2", "A8")
@@ -72,7 +73,9 @@ def comparison_table(results: list[QueryResult], engine: Engine) -> RichTable:
 
 
 async def run_plan_both_ways(plan: kalypso.Table, engine: Engine) -> list[QueryResult]:
-    """Operator-at-a-time, then the adaptive scheduler, each from an empty prefix cache."""
+    """Operator-at-a-time, then the adaptive scheduler, each from an empty prefix cache,
+    after untimed warm-up requests (a fresh engine's first requests are slower)."""
+    await warm_up(engine, [str(t) for t in plan.source["text"]])
     results = []
     for policy in ("operator-at-a-time", "adaptive"):
         await engine.reset_prefix_cache()

@@ -153,3 +153,20 @@ def test_sigterm_ends_a_bench_run_like_ctrl_c(tmp_path: Path) -> None:
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
     assert "Traceback" not in stderr
+
+
+async def test_warm_up_sends_requests_and_leaves_an_empty_prefix_cache() -> None:
+    from kalypso.engine.protocol import GenerateRequest
+    from kalypso.engine.warm_up import warm_up
+
+    texts = [" ".join(f"w{i}x{j}" for j in range(300)) for i in range(6)]
+    engine = SimEngine(num_blocks=64, block_size_tokens=16)
+    try:
+        await warm_up(engine, texts)
+        looked_up = (await engine.stats()).prefix_cache_queries_tokens
+        prompt = tuple(engine.tokenizer.encode(texts[0])[: engine.capacity.total_tokens // 8])
+        again = await engine.generate(GenerateRequest("after", prompt, max_tokens=1))
+    finally:
+        await engine.close()
+    assert looked_up == 4 * len(prompt)  # four requests, each the first 1/8 of the cache
+    assert again.cached_tokens == 0  # the warm-up's blocks were dropped

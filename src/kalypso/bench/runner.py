@@ -14,7 +14,6 @@ the same prefix computed in another batch).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -26,7 +25,8 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from kalypso.bench.workloads import Workload
-from kalypso.engine.protocol import Engine, GenerateRequest
+from kalypso.engine.protocol import Engine
+from kalypso.engine.warm_up import warm_up
 from kalypso.query.plan import QueryResult
 
 BASELINE = "operator-at-a-time"
@@ -93,7 +93,7 @@ async def run_systems(
     """Run ``workload`` once per system on ``engine``; returns one record per system."""
     table_tokens = sum(len(engine.tokenizer.encode(t)) for t in workload.table_text)
     workload.plan.prepare()  # indexes and embedder: one-off work no system should be timed on
-    await warm_up(engine, workload)
+    await warm_up(engine, workload.table_text)
     results: dict[str, tuple[QueryResult, float]] = {}
     for system in systems:
         await engine.reset_prefix_cache()
@@ -132,31 +132,6 @@ async def run_systems(
             )
         )
     return records
-
-
-async def warm_up(engine: Engine, workload: Workload, requests: int = 4) -> None:
-    """Untimed requests shaped like the workload's (its first documents as prompts, a few
-    requests at once, some decoding), so that a fresh engine's one-off work (first kernel
-    runs for these shapes, allocations) is not charged to whichever system runs first."""
-    capacity = engine.capacity.total_tokens
-    prompts = [
-        engine.tokenizer.encode(text)[: max(1, capacity // (2 * requests))]
-        for text in workload.table_text[:requests]
-    ]
-    await asyncio.gather(
-        *(
-            engine.generate(
-                GenerateRequest(
-                    request_id=f"warm-up:{index}",
-                    prompt_token_ids=tuple(prompt),
-                    max_tokens=16,
-                )
-            )
-            for index, prompt in enumerate(prompts)
-            if prompt
-        )
-    )
-    await engine.reset_prefix_cache()
 
 
 def rows_agree(frame: pd.DataFrame, reference: pd.DataFrame, input_columns: list[str]) -> bool:
