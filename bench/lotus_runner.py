@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 # litellm (under Lotus) otherwise fetches a price list from the network at import
@@ -24,22 +23,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import lotus
 import pandas as pd
 from lotus.models import LM
-
-
-def counters(base_url: str) -> dict[str, float]:
-    text = urllib.request.urlopen(f"{base_url}/metrics", timeout=30).read().decode()
-    wanted = {
-        "vllm:prompt_tokens_total": "prompt_tokens",
-        "vllm:prefix_cache_hits_total": "cached_tokens",
-        "vllm:request_success_total": "llm_calls",
-    }
-    out = dict.fromkeys(wanted.values(), 0.0)
-    for line in text.splitlines():
-        for metric, name in wanted.items():
-            if line.startswith(metric):
-                out[name] += float(line.rsplit(" ", 1)[1])
-    return out
-
+from server_counters import counters, run_record  # beside this script
 
 PREDICATE_MAX_TOKENS = 8
 """Kalypso's bound for predicate answers (the paper's configuration)."""
@@ -98,8 +82,7 @@ def main() -> int:
     result = run(job)
     elapsed_s = time.monotonic() - started
     after = counters(job["base_url"])
-    record = {k: after[k] - before[k] for k in after}
-    record.update(time_s=round(elapsed_s, 3), output_rows=len(result))
+    record = run_record(before, after, elapsed_s, len(result))
     Path(sys.argv[2]).write_text(json.dumps(record))
     return 0
 

@@ -36,7 +36,6 @@ import sys
 import tempfile
 import time
 import typing
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm
 import pandas as pd
 import typing_extensions
+from server_counters import counters, run_record  # beside this script
 
 # Palimpzest's dependencies first: typing_extensions builds 3.12-style TypeVars while
 # typing has TypeAliasType, which fails on 3.11
@@ -62,21 +62,6 @@ finally:
 
 MODEL = pz.Model.GPT_5_NANO
 """Only a name for Palimpzest's optimizer and prompts; requests go to the job's model."""
-
-
-def counters(base_url: str) -> dict[str, float]:
-    text = urllib.request.urlopen(f"{base_url}/metrics", timeout=30).read().decode()
-    wanted = {
-        "vllm:prompt_tokens_total": "prompt_tokens",
-        "vllm:prefix_cache_hits_total": "cached_tokens",
-        "vllm:request_success_total": "llm_calls",
-    }
-    out = dict.fromkeys(wanted.values(), 0.0)
-    for line in text.splitlines():
-        for metric, name in wanted.items():
-            if line.startswith(metric):
-                out[name] += float(line.rsplit(" ", 1)[1])
-    return out
 
 
 FAILED: list[str] = []
@@ -196,8 +181,7 @@ def main() -> int:
     if FAILED:
         print(f"{len(FAILED)} LLM calls failed; first: {FAILED[0]}", file=sys.stderr)
         return 1
-    record = {k: after[k] - before[k] for k in after}
-    record.update(time_s=round(elapsed_s, 3), output_rows=output_rows)
+    record = run_record(before, after, elapsed_s, output_rows)
     out_path.write_text(json.dumps(record))
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
 import subprocess
 import tempfile
@@ -112,15 +113,13 @@ def _kv_tokens(kv_tokens: int, longest_tokens: int) -> int:
     return max(kv_tokens, 2 * longest_tokens + 1024)
 
 
-async def _engine_for(
-    args: argparse.Namespace, systems: list[str], kv_tokens: int, longest_tokens: int
-) -> Engine:
+async def _engine_for(args: argparse.Namespace, systems: list[str], kv_tokens: int) -> Engine:
     if args.engine == "sim":
         from kalypso.engine.sim import SimEngine, get_profile
 
         profile = get_profile(args.sim_profile)
         block = profile.capacity.block_size_tokens
-        blocks = max(4, _kv_tokens(kv_tokens, longest_tokens) // block)
+        blocks = max(4, kv_tokens // block)
         return SimEngine(profile, num_blocks=blocks, max_model_len_tokens=blocks * block)
     from kalypso.engine.vllm_local import LocalVLLMEngine
     from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
@@ -129,7 +128,7 @@ async def _engine_for(
     per_token = kv_bytes_per_token(resolve_model()) or 23_040
     from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS
 
-    kv_bytes = _kv_tokens(kv_tokens, longest_tokens) * per_token
+    kv_bytes = kv_tokens * per_token
     settings = VLLMSettings(
         kv_cache_bytes=kv_bytes, max_num_seqs=16, block_size_tokens=args.block_size
     )
@@ -229,16 +228,22 @@ def _positive_numbers(spec: str, option: str) -> list[float]:
     return numbers
 
 
-def _document_lengths(args: argparse.Namespace, workload: Any) -> list[int]:
-    if args.engine == "sim":
+@functools.cache
+def _tokenizer(engine_kind: str) -> Any:
+    """The tokenizer the engine will use, loaded once per process (to size KV caches
+    before the engine starts)."""
+    if engine_kind == "sim":
         from kalypso.engine.sim.tokenizer import WordTokenizer
 
-        counter: Any = WordTokenizer()
-    else:
-        from kalypso.engine.hf_tokenizer import load_hf_tokenizer
-        from kalypso.models import resolve_model
+        return WordTokenizer()
+    from kalypso.engine.hf_tokenizer import load_hf_tokenizer
+    from kalypso.models import resolve_model
 
-        counter = load_hf_tokenizer(resolve_model())
+    return load_hf_tokenizer(resolve_model())
+
+
+def _document_lengths(args: argparse.Namespace, workload: Any) -> list[int]:
+    counter = _tokenizer(args.engine)
     return [len(counter.encode(t)) for t in workload.table_text]
 
 
@@ -269,12 +274,13 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
         settings = [(main_kv, _systems(args.systems, workload), True)]
         settings += [(kv, _systems(args.sweep_systems, workload), False) for kv in sweep]
         run_sizes: set[int] = set()
-        for kv_tokens, systems, with_baselines in settings:
-            if _kv_tokens(kv_tokens, longest) in run_sizes:
-                console.print(f"  {name}: KV {kv_tokens} tokens is raised to a size already run")
+        for asked_tokens, systems, with_baselines in settings:
+            kv_tokens = _kv_tokens(asked_tokens, longest)
+            if kv_tokens in run_sizes:
+                console.print(f"  {name}: KV {asked_tokens} tokens is raised to a size already run")
                 continue
-            run_sizes.add(_kv_tokens(kv_tokens, longest))
-            engine = await _engine_for(args, systems, kv_tokens, longest)
+            run_sizes.add(kv_tokens)
+            engine = await _engine_for(args, systems, kv_tokens)
             try:
                 console.print(
                     f"[bold]{name}[/bold] ({args.scale}): table {table_tokens} tokens,"

@@ -34,8 +34,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
+from kalypso.bench.runner import BASELINE
+
 Record = dict[str, Any]
-BASELINE = "operator-at-a-time"
 ADAPTIVE = "adaptive"
 
 
@@ -56,16 +57,26 @@ def _value(records: list[Record], workload: str, system: str, field: str) -> flo
     return None
 
 
+def _no_label(workload: str, system: str) -> str:
+    return ""
+
+
 def _bars(
-    axes: Axes, records: list[Record], systems: list[str], label: Callable[[str, str], str]
-) -> None:
-    """Grouped time bars, one group per workload, each bar annotated with ``label``."""
+    axes: Axes,
+    records: list[Record],
+    systems: list[str],
+    label: Callable[[str, str], str] = _no_label,
+    field: str = "time_s",
+    ylabel: str = "time (s)",
+) -> float:
+    """Grouped bars of ``field``, one group per workload, each bar annotated with
+    ``label``; returns the bar width."""
     workloads = list(dict.fromkeys(r["workload"] for r in records))
     width = 0.8 / max(1, len(systems))
     for index, system in enumerate(systems):
         labelled = False
         for position, workload in enumerate(workloads):
-            value = _value(records, workload, system, "time_s")
+            value = _value(records, workload, system, field)
             if value is None:
                 continue
             x = position + index * width
@@ -74,8 +85,9 @@ def _bars(
             axes.annotate(label(workload, system), (x, value), ha="center", va="bottom", fontsize=7)
     axes.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(workloads))])
     axes.set_xticklabels(workloads)
-    axes.set_ylabel("time (s)")
+    axes.set_ylabel(ylabel)
     axes.legend(fontsize=7)
+    return width
 
 
 def _speedup_label(records: list[Record], reference: str) -> Callable[[str, str], str]:
@@ -220,24 +232,12 @@ def prefill(records: list[Record], path: Path, written: list[Path]) -> None:
     main = [r for r in main_setting(records) if not r["system"].startswith("static:")]
     systems = list(dict.fromkeys(r["system"] for r in main))
     workloads = list(dict.fromkeys(r["workload"] for r in main))
-    width = 0.8 / max(1, len(systems))
     figure, axes = plt.subplots(figsize=(max(7, 1.2 * len(workloads) * len(systems) / 2), 4))
-    for index, system in enumerate(systems):
-        labelled = False
-        for position, workload in enumerate(workloads):
-            value = _value(main, workload, system, "prefill_tokens")
-            if value is not None:
-                label = None if labelled else system
-                axes.bar(position + index * width, value, width, color=f"C{index}", label=label)
-                labelled = True
+    width = _bars(axes, main, systems, field="prefill_tokens", ylabel="prefill tokens computed")
     for position, workload in enumerate(workloads):
         minimum = next(r["min_prefill_tokens"] for r in main if r["workload"] == workload)
         axes.hlines(minimum, position - width / 2, position + 0.8, colors="black")
-    axes.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(workloads))])
-    axes.set_xticklabels(workloads)
-    axes.set_ylabel("prefill tokens computed")
     axes.set_title("prefill computed (black line: the plan's minimum)")
-    axes.legend(fontsize=7)
     _save(figure, path, written)
 
 

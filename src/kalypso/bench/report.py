@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-BASELINE = "operator-at-a-time"
+from kalypso.bench.runner import BASELINE
+
 COLUMNS = (
     "system",
     "time (s)",

@@ -260,9 +260,7 @@ class Table:
             PromptLayout(engine.tokenizer, system_prompt),
             max_retries=max_retries,
             query_id=query_id or f"q{uuid.uuid4().hex[:8]}",
-            estimator=(
-                TokenBoundEstimator() if estimate_bounds and fixed_bound_tokens is None else None
-            ),
+            estimator=TokenBoundEstimator() if estimate_bounds else None,
             fixed_bound_tokens=fixed_bound_tokens,
         )
         for planned in physical.operators():
