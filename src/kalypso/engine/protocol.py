@@ -19,16 +19,26 @@ in arrival order.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-FinishReason = Literal["stop", "length", "abort"]
+FinishReason = Literal["stop", "length"]
+"""Why a request finished. An aborted request is never a result: engines raise
+:class:`RequestAbortedError` instead."""
 
 
 class EngineError(RuntimeError):
     """An engine failed or refused a request; the message says what to do about it."""
+
+
+class RequestAbortedError(EngineError):
+    """The engine aborted a request (it was cancelled server-side, or the engine gave up on
+    it). Raised instead of returning a result, so an abort is never taken for an answer."""
+
+
+class EngineTimeoutError(EngineError):
+    """A request did not finish within its ``timeout_s``; it was cancelled in the engine."""
 
 
 class PromptTooLongError(EngineError, ValueError):
@@ -57,6 +67,15 @@ class GenerateRequest:
         ignore_eos: keep generating past the end-of-sequence token (for load generation).
         pin_key: reserved for explicit pinning (scheduler issue); backends without pinning
             reject a request that sets it with :class:`UnsupportedFeatureError`.
+        allowed_token_ids: when set, every generated token is one of these ids
+            (constrained decoding: one-token decisions use it with ``max_tokens=1``).
+        logprobs: when set, the result carries, for each generated position, the
+            ``logprobs`` most likely token ids with their log-probabilities. Under
+            ``allowed_token_ids`` they are taken after the constraint (renormalised over
+            the allowed ids), so a decision's margin compares its candidates.
+        timeout_s: the request fails with :class:`EngineTimeoutError` (and is cancelled in
+            the engine) if it has not finished this many seconds after submission; None:
+            the engine's default (every engine has one).
     """
 
     request_id: str
@@ -68,6 +87,9 @@ class GenerateRequest:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     pin_key: str | None = None
+    allowed_token_ids: tuple[int, ...] | None = None
+    logprobs: int | None = None
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.request_id:
@@ -80,6 +102,14 @@ class GenerateRequest:
             raise ValueError(f"request {self.request_id!r}: sampling needs temperature > 0")
         if not isinstance(self.prompt_token_ids, tuple):
             object.__setattr__(self, "prompt_token_ids", tuple(self.prompt_token_ids))
+        if self.allowed_token_ids is not None:
+            if not self.allowed_token_ids:
+                raise ValueError(f"request {self.request_id!r}: allowed_token_ids is empty")
+            object.__setattr__(self, "allowed_token_ids", tuple(self.allowed_token_ids))
+        if self.logprobs is not None and self.logprobs < 1:
+            raise ValueError(f"request {self.request_id!r}: logprobs must be >= 1")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"request {self.request_id!r}: timeout_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -96,6 +126,16 @@ class RequestTimings:
     """When the engine first scheduled the request, on the engine's own clock. Comparable
     only between requests of one engine: sorting by it gives the admission order."""
 
+    @property
+    def prefill_s(self) -> float:
+        """From first scheduled to first token (0 when the engine does not report it)."""
+        return max(0.0, self.first_token_s - self.queued_s) if self.first_token_s else 0.0
+
+    @property
+    def decode_s(self) -> float:
+        """From first token to the end (0 when the engine does not report it)."""
+        return max(0.0, self.total_s - self.first_token_s) if self.first_token_s else 0.0
+
 
 @dataclass(frozen=True)
 class GenerateResult:
@@ -111,6 +151,9 @@ class GenerateResult:
     for a paged cache, and at most ``prompt_tokens - 1``: the last prompt token is always
     computed to produce the first output)."""
     timings: RequestTimings
+    logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+    """When requested: per generated position, ``(token id, logprob)`` pairs, most likely
+    first (see :attr:`GenerateRequest.logprobs`)."""
 
     @property
     def output_tokens(self) -> int:
@@ -155,20 +198,44 @@ class EngineStats:
     kv_usage_fraction: float
     """Fraction of blocks held by running (or pinned) requests; cached-but-free blocks
     are not counted, as in vLLM."""
+    prefill_time_s: float = 0.0
+    """Cumulative seconds requests spent in prefill (vLLM's request prefill histogram, or
+    the engine's own timings; virtual seconds on the simulator)."""
+    decode_time_s: float = 0.0
+    """Cumulative seconds requests spent decoding."""
 
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    """Encodes prompts to the engine's token ids and decodes outputs."""
+    """Encodes prompts to the engine's token ids, decodes outputs, renders the chat template.
+
+    Two encodings, so data can never forge control tokens:
+
+    * :meth:`encode` is for *data* (cell values, instructions, generated text): a
+      special-token string inside it (``"<|im_end|>"``) is encoded as ordinary text,
+      never as the control id;
+    * :meth:`encode_control` is for *template* text (what :meth:`render_chat` produced
+      around the contents): special-token strings become their control ids.
+    """
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without special tokens added."""
+        """Token ids of data ``text``: no special tokens added, none recognised."""
+        ...
+
+    def encode_control(self, text: str) -> list[int]:
+        """Token ids of template ``text``: special-token strings become control ids."""
         ...
 
     def decode(self, token_ids: Sequence[int]) -> str: ...
 
     @property
     def eos_token_id(self) -> int | None: ...
+
+    def render_chat(self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool) -> str:
+        """The model's own chat template applied to ``(role, content)`` messages, as text
+        (roles: "system", "user", "assistant"). A template without a system role folds
+        the system message into the first user turn, as the model expects."""
+        ...
 
 
 @runtime_checkable
@@ -222,48 +289,17 @@ class Engine(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass
-class BatchOutcome:
-    """Results of :func:`generate_batch` in request order, with totals."""
+def as_finish_reason(value: object, request_id: str) -> FinishReason:
+    """An engine's finish reason as ours.
 
-    results: list[GenerateResult] = field(default_factory=list)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(r.prompt_tokens for r in self.results)
-
-    @property
-    def cached_tokens(self) -> int:
-        return sum(r.cached_tokens for r in self.results)
-
-    @property
-    def prefill_tokens(self) -> int:
-        return sum(r.prefill_tokens for r in self.results)
-
-
-async def generate_batch(engine: Engine, requests: Sequence[GenerateRequest]) -> BatchOutcome:
-    """Submit all ``requests`` at once and wait for every result (in request order).
-
-    If one request fails, the others are cancelled and the first error is raised.
+    Raises:
+        RequestAbortedError: anything but "stop" or "length" (an abort is never an answer).
     """
-    tasks = [asyncio.ensure_future(engine.generate(r)) for r in requests]
-    try:
-        results = await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-    return BatchOutcome(results=list(results))
-
-
-def as_finish_reason(value: object) -> FinishReason:
-    """An engine's finish reason as ours: "stop", "length", anything else "abort"."""
     if value == "stop":
         return "stop"
     if value == "length":
         return "length"
-    return "abort"
+    raise RequestAbortedError(f"request {request_id!r} was aborted by the engine ({value!r})")
 
 
 def check_fits_context(request: GenerateRequest, capacity: EngineCapacity) -> None:

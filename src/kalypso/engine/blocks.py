@@ -1,0 +1,62 @@
+"""Block arithmetic of a paged prefix cache, in one place (engines, scheduler and the ideal
+cache all use it).
+
+vLLM's prefix cache works in whole blocks of ``block_size_tokens`` tokens::
+
+    prompt   |-- block 0 --|-- block 1 --|-- block 2 --|-- partial --|
+    hashes    h0 = H(None, b0)  h1 = H(h0, b1)  h2 = H(h1, b2)   (none: not full)
+
+A block's hash chains over every token before it, so two prompts share a cached block
+only when they agree on every token up to its end. A hit covers whole blocks and never the
+prompt's last token (it is always computed, to produce the first output token).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+BlockHash = bytes
+"""A 16-byte blake2b digest standing for a full block and every token before it."""
+
+
+def blocks_for(num_tokens: int, block_size_tokens: int) -> int:
+    """Blocks needed to hold ``num_tokens`` tokens (rounded up)."""
+    return -(-num_tokens // block_size_tokens)
+
+
+def cache_hit_tokens(shared_tokens: int, prompt_tokens: int, block_size_tokens: int) -> int:
+    """Prompt tokens a prefix cache can serve when ``shared_tokens`` leading tokens of a
+    ``prompt_tokens``-token prompt are cached: whole blocks only, never the last token."""
+    if prompt_tokens <= 0:
+        return 0
+    usable = min(shared_tokens, prompt_tokens - 1)
+    return (usable // block_size_tokens) * block_size_tokens
+
+
+def common_prefix_tokens(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    shared = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        shared += 1
+    return shared
+
+
+def hash_block_tokens(parent_hash: BlockHash | None, block_token_ids: Sequence[int]) -> BlockHash:
+    """The hash of one full block, chained on its parent's (None for the first block); the
+    same in every process (no dependence on ``PYTHONHASHSEED``)."""
+    payload = repr((parent_hash, tuple(block_token_ids))).encode()
+    return hashlib.blake2b(payload, digest_size=16).digest()
+
+
+def hash_full_blocks(
+    token_ids: Sequence[int], block_size_tokens: int, parent_hash: BlockHash | None = None
+) -> list[BlockHash]:
+    """Chained hashes of every full block of ``token_ids`` (a partial tail is not hashed)."""
+    hashes: list[BlockHash] = []
+    for start in range(0, len(token_ids) - block_size_tokens + 1, block_size_tokens):
+        parent_hash = hash_block_tokens(parent_hash, token_ids[start : start + block_size_tokens])
+        hashes.append(parent_hash)
+    return hashes
