@@ -20,11 +20,15 @@ from kalypso.query import (
     Operator,
     OperatorContract,
     PlanError,
+    QueryError,
     QueryResult,
+    RunOptions,
     Table,
+    compare_decisions,
     register_operator,
     table,
 )
+from kalypso.core.ledger import KVLedger
 
 __version__ = "0.1.0"
 
@@ -37,13 +41,17 @@ __all__ = [
     "GenerateRequest",
     "GenerateResult",
     "IndexJoin",
+    "KVLedger",
     "Operator",
     "OperatorContract",
     "PlanError",
     "PromptTooLongError",
+    "QueryError",
     "QueryResult",
+    "RunOptions",
     "Table",
     "__version__",
+    "compare_decisions",
     "register_operator",
     "table",
 ]

@@ -1,22 +1,26 @@
 """Semantic query plans: the API, the operator contract, the planner and the executor."""
 
+from kalypso.core.errors import PlanError, QueryError
+from kalypso.core.options import RunOptions
+from kalypso.core.policies import policy_names
 from kalypso.query.blocking_ops import SemAgg, SemTopK
-from kalypso.query.executor import ExecutionOptions
 from kalypso.query.join_ops import CartesianProduct, IndexJoin, JoinPredicate
 from kalypso.query.llm_ops import SemClassify, SemExtract, SemFilter, SemMap
 from kalypso.query.operators import (
     BlockingOperator,
     CartesianOperator,
+    LLMOperator,
     Operator,
     OperatorContract,
     PipelinedOperator,
+    RowOperator,
     register_operator,
     registered_operators,
 )
-from kalypso.query.plan import QueryResult, Table, table
+from kalypso.query.plan import Decision, QueryResult, Table, compare_decisions, table
 from kalypso.query.python_ops import IndexSearch, PyFilter, PyMap
-from kalypso.query.templates import PlanError
-from kalypso.scheduler.policies import POLICY_NAMES as POLICIES
+
+POLICIES = tuple(policy_names())
 
 for _name, _factory in (
     ("sem_filter", SemFilter),
@@ -36,17 +40,21 @@ __all__ = [
     "BlockingOperator",
     "CartesianOperator",
     "CartesianProduct",
-    "ExecutionOptions",
+    "Decision",
     "IndexJoin",
     "IndexSearch",
     "JoinPredicate",
+    "LLMOperator",
     "Operator",
     "OperatorContract",
     "PipelinedOperator",
     "PlanError",
     "PyFilter",
     "PyMap",
+    "QueryError",
     "QueryResult",
+    "RowOperator",
+    "RunOptions",
     "SemAgg",
     "SemClassify",
     "SemExtract",
@@ -54,6 +62,7 @@ __all__ = [
     "SemMap",
     "SemTopK",
     "Table",
+    "compare_decisions",
     "register_operator",
     "registered_operators",
     "table",

@@ -1,192 +1,286 @@
-"""Runs a physical plan on an engine under a named execution policy.
+"""Runs a physical plan on an engine: checks it, lowers it to the core's task graph, and
+runs its pipelines through the core runner under the run's policy.
 
-* ``operator-at-a-time`` (the baseline; what Lotus-style systems do): each operator runs
-  on every tuple (all calls submitted together) and its output is materialized before
-  the next operator starts.
-* every other policy (``adaptive``/``pipelined`` by default, and the baselines of
-  :mod:`kalypso.scheduler.policies`): tasks (one stage on one tuple) flow through the
-  stages under :class:`kalypso.scheduler.pipeline.PipelineScheduler`, admitted by KV
-  memory budgets (Algorithm 1).
+Blocking operators are barriers: the pipeline before them is materialized, their own
+calls run as one scheduled stage, and the next pipeline starts from their output. Results
+are ordered by tuple key (input order, then right-side order; after a blocking operator,
+its output order), so every policy returns identical tables for identical answers.
 
-Blocking operators are barriers under both policies. Results are ordered by tuple key
-(input order, then right-side order; after a blocking operator, its output order), so both
-policies return identical tables for
-identical answers.
-
-Before the first LLM call the executor checks every value that will enter a prompt
-(the rule of :mod:`kalypso.query.templates`) and the prompt size of every first-stage
-call on the input table; later prompts (which contain generated text) are checked by the
-engine layer before they are sent.
+Before the first LLM call the executor checks every value that will enter a prompt (the
+rule of :mod:`kalypso.query.templates`), that every prompt of the first pipeline fits
+the model's context and the KV cache (from the longest values that can meet in it), and
+that decisions can be answered with one token. Later prompts (which contain generated
+text) are checked by the engine layer before they are sent.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
-from kalypso.query.context import ExecContext
-from kalypso.query.operators import CartesianOperator
-from kalypso.query.planner import PhysicalPlan, PlannedOperator, Stage
-from kalypso.query.rows import Row
-from kalypso.query.templates import PlanError, value_to_text
-from kalypso.scheduler.memory import KVLedger
-from kalypso.scheduler.pipeline import (
-    PipelineReport,
-    PipelineScheduler,
-    SchedulerSettings,
-    StageView,
-    expand_products,
-)
-from kalypso.scheduler.policies import parse_policy
+from kalypso.core.errors import PlanError, QueryError, TaskFailed
+from kalypso.core.graph import Slot, Stage
+from kalypso.core.instance import Instance
+from kalypso.core.program import StageProgram, render_prompt
+from kalypso.core.report import PipelineReport, StageView
+from kalypso.core.runner import PipelineRunner, RunState, decision_token_ids
+from kalypso.query.blocking_ops import ITEMS_COLUMN, SemAgg, SemTopK
+from kalypso.query.lower import LoweredPipeline, lower
+from kalypso.query.operators import CartesianOperator, LoweringContext
+from kalypso.query.planner import PhysicalPlan
+from kalypso.query.rows import ContextSlot, piece_ids, piece_text
+from kalypso.query.templates import value_to_text
 
+logger = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class ExecutionOptions:
-    """How to run a plan.
-
-    Attributes:
-        policy: a name from :data:`kalypso.scheduler.policies.POLICY_NAMES`.
-        max_tasks_in_flight: optional cap on tasks running at once (budget policies).
-        max_retries: re-enqueues of a task whose call hit its output bound, at doubled
-            bounds, before the last one at the operator's cap (scheduled policies).
-        alpha, beta: Algorithm 1's saturation and starvation thresholds.
-        pinning: ``"virtual"`` (admission control alone keeps prefixes cached under LRU)
-            or ``"explicit"`` (the engine pins each parent's blocks until its children are
-            done; needs an engine with ``supports_pinning``).
-    """
-
-    policy: str = "adaptive"
-    max_tasks_in_flight: int | None = None
-    max_retries: int = 2
-    alpha: float = 1.0
-    beta: float = 0.5
-    pinning: str = "virtual"
-
-    def __post_init__(self) -> None:
-        if self.pinning not in ("virtual", "explicit"):
-            raise PlanError(f"pinning must be 'virtual' or 'explicit', got {self.pinning!r}")
-        parse_policy(self.policy)  # raises PlanError for unknown names
-        if self.max_tasks_in_flight is not None and self.max_tasks_in_flight < 1:
-            raise PlanError("max_tasks_in_flight must be at least 1")
-        if not 0 < self.beta < self.alpha:
-            raise PlanError("need 0 < beta < alpha")
-        if self.max_retries < 0:
-            raise PlanError("max_retries must be at least 0")
+OnUpdate = Callable[[int, list[StageView]], None]
 
 
-def precheck(physical: PhysicalPlan, rows: list[Row], ctx: ExecContext) -> None:
-    """Fail before any LLM call on values that cannot enter a prompt, and on first-stage
-    prompts that do not fit the model's context."""
-    source_columns = set(rows[0].values) if rows else set()
-    limit = ctx.engine.capacity.max_model_len_tokens
-    first_stage = physical.pipelines[0].stages[0].operators
-    right_values: dict[str, list[object]] = {}  # right-table columns joined so far
+@dataclass
+class Execution:
+    """What a run produced so far: output instances and one report per pipeline."""
+
+    instances: list[Instance]
+    reports: list[PipelineReport]
+
+
+def initial_programs(
+    stages: Sequence[Stage], instances: Sequence[Instance], state: RunState
+) -> list[StageProgram]:
+    """The first stage's programs (after its fan-out, when the pipeline starts with one)."""
+    context = state.program_context()
+    fan_out = stages[0].fan_out
+    if fan_out is None:
+        return [StageProgram(stages, 0, i, context) for i in instances]
+    stats = state.stats_for(fan_out.op_id)
+    programs: list[StageProgram] = []
+    for instance in instances:
+        children = fan_out.expand(instance)
+        stats.rows_in += 1
+        stats.rows_out += len(children)
+        programs.extend(StageProgram(stages, 0, c, context) for c in children)
+    return programs
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_values(physical: PhysicalPlan, instances: Sequence[Instance]) -> dict[str, list[Any]]:
+    """Every referenced value can become text; returns the right-table columns."""
+    source_columns = set(instances[0].values) if instances else set()
+    right: dict[str, list[Any]] = {}
     for planned in physical.operators():
         if isinstance(planned.operator, CartesianOperator):
-            right_values.update(planned.operator.right_columns())
-        parts = planned.operator.prompt_parts()
-        if parts is None:
-            continue
-        columns, task = parts
-        for column in columns:
+            right.update(planned.operator.right_columns())
+        for column in planned.operator.prompt_columns():
             if column in source_columns:
-                for row in rows:
-                    value_to_text(row.values[column], column, row.key)
-            elif column in right_values:
-                for position, value in enumerate(right_values[column]):
+                for instance in instances:
+                    value_to_text(instance.values[column], column, instance.key[0])
+            elif column in right:
+                for position, value in enumerate(right[column]):
                     value_to_text(value, column, f"right row {position}")
-        if planned in first_stage and all(c in source_columns for c in columns):
-            bound = planned.operator.max_output_tokens()
-            for row in rows:
-                size = len(ctx.prompt_for(row, columns, task)) + bound
-                if size > limit:
-                    raise PlanError(
-                        f"[{planned.op_id}] row {row.key[0]}: prompt of {size - bound} tokens"
-                        f" plus {bound} output tokens exceeds the model context of {limit}"
-                    )
+    return right
 
 
-async def _apply(planned: PlannedOperator, row: Row, ctx: ExecContext, priority: int) -> Row | None:
-    stats = ctx.stats_for(planned.op_id)
-    stats.rows_in += 1
-    operator = planned.operator
-    assert not isinstance(operator, CartesianOperator)
-    out = await operator.apply(row, ctx, planned.op_id, priority)  # type: ignore[attr-defined]
-    if out is not None:
-        stats.rows_out += 1
-    return out  # type: ignore[no-any-return]
+def _longest_pieces(
+    instances: Sequence[Instance], right: dict[str, list[Any]], state: RunState
+) -> dict[str, tuple[int, str]]:
+    """Per column: (tokens of its longest piece, where it is) over the input rows and the
+    right tables. Input pieces are memoized on the instances the run will use."""
+    longest: dict[str, tuple[int, str]] = {}
+    layout = state.layout
+    for instance in instances:
+        for column in instance.values:
+            size = len(piece_ids(instance, column, layout))
+            if size > longest.get(column, (-1, ""))[0]:
+                longest[column] = (size, f"row {instance.key[0]}")
+    for column, values in right.items():
+        for position, value in enumerate(values):
+            size = len(layout.tokenizer.encode(piece_text(column, value, (position,))))
+            if size > longest.get(column, (-1, ""))[0]:
+                longest[column] = (size, f"right row {position}")
+    return longest
 
 
-async def _gather_all(coroutines: Sequence[asyncio.Future[Row | None]]) -> list[Row | None]:
-    try:
-        return list(await asyncio.gather(*coroutines))
-    except BaseException:
-        for c in coroutines:
-            c.cancel()
-        await asyncio.gather(*coroutines, return_exceptions=True)
-        raise
+def _check_prompt_sizes(
+    pipeline: LoweredPipeline,
+    longest: dict[str, tuple[int, str]],
+    produced: dict[str, int],
+    state: RunState,
+) -> None:
+    """The longest prompt each call of the first pipeline can have must fit the model's
+    context and the KV cache (prompt plus cap)."""
+    capacity = state.engine.capacity
+    limit = min(capacity.max_model_len_tokens, capacity.total_tokens)
+    empty = Instance((), {})
+    for stage in pipeline.stages:
+        for node in stage.llm_nodes():
+            static = render_prompt(node, empty, state.layout)[0].length_tokens
+            size, worst, where = static, "", ""
+            for message in node.messages:
+                for part in message.parts:
+                    if not isinstance(part, Slot) or not isinstance(part.source, ContextSlot):
+                        continue
+                    for column in part.source.columns:
+                        if column in longest:
+                            tokens, place = longest[column]
+                        else:  # produced by an earlier LLM call: at most its cap
+                            tokens, place = produced.get(column, 0), "generated"
+                        size += tokens
+                        if not worst or tokens > longest.get(worst, (0, ""))[0]:
+                            worst, where = column, place
+            needed = size + node.max_tokens
+            if needed > limit:
+                what = "model context" if limit == capacity.max_model_len_tokens else "KV cache"
+                raise PlanError(
+                    f"[{node.op_id}] {where}: a prompt of up to {size} tokens (longest"
+                    f" column {worst!r}) plus {node.max_tokens} output tokens exceeds the"
+                    f" {what} of {limit} tokens"
+                )
 
 
-async def _operator_at_a_time(
-    stages: tuple[Stage, ...], rows: list[Row], ctx: ExecContext
-) -> list[Row]:
-    for stage in stages:
-        if stage.product is not None:
-            rows = expand_products(stage.product, rows, ctx)
-        for planned in stage.operators:
-            futures = [asyncio.ensure_future(_apply(planned, r, ctx, 0)) for r in rows]
-            rows = [r for r in await _gather_all(futures) if r is not None]
-    return rows
+def precheck(
+    lowered: Sequence[LoweredPipeline],
+    physical: PhysicalPlan,
+    instances: Sequence[Instance],
+    state: RunState,
+) -> None:
+    """Fail before any LLM call on values that cannot enter a prompt, prompts that cannot
+    fit, and decisions one token cannot answer."""
+    right = _check_values(physical, instances)
+    longest = _longest_pieces(instances, right, state)
+    produced: dict[str, int] = {}
+    for planned in physical.operators():
+        op = planned.operator
+        for column in getattr(op, "new_columns", ()):
+            produced[column] = op.max_output_tokens() + 8
+    _check_prompt_sizes(lowered[0], longest, produced, state)
+    for pipeline in lowered:
+        for stage in pipeline.stages:
+            for node in stage.llm_nodes():
+                if node.decision is not None:
+                    try:
+                        decision_token_ids(node, state.layout)
+                    except ValueError as exc:
+                        raise PlanError(str(exc)) from None
+        barrier = pipeline.barrier
+        if barrier is not None and isinstance(barrier.operator, SemAgg):
+            agg = barrier.operator
+            agg.check_fits(state.engine.capacity.max_model_len_tokens)
+            if instances and all(c in instances[0].values for c in agg.instruction.columns):
+                agg.pack(
+                    [agg.item_text(i) for i in instances],
+                    state.layout.tokenizer,
+                    agg.window_tokens(state.engine.capacity.max_model_len_tokens),
+                )
+
+
+# --------------------------------------------------------------------------- running
+
+
+async def _run_stage(
+    stage_nodes: list[Any],
+    instances: list[Instance],
+    state: RunState,
+    on_update: Callable[[list[StageView]], None] | None,
+) -> tuple[list[Instance], PipelineReport]:
+    stages = (Stage(0, None, tuple(stage_nodes)),)
+    runner = PipelineRunner(state, stages, on_update)
+    out = await runner.run(initial_programs(stages, instances, state))
+    return out, runner.report
+
+
+async def _run_barrier(
+    pipeline: LoweredPipeline,
+    instances: list[Instance],
+    state: RunState,
+    reports: list[PipelineReport],
+    on_update: Callable[[list[StageView]], None] | None,
+) -> list[Instance]:
+    assert pipeline.barrier is not None
+    planned = pipeline.barrier
+    op = planned.operator
+    context = LoweringContext(state.options.system_prompt, state.layout)
+    stats = state.stats_for(planned.op_id)
+    if isinstance(op, SemTopK):
+        nodes = op.scorer().lower(planned.op_id, context)
+        scored, report = await _run_stage(nodes, instances, state, on_update)
+        reports.append(report)
+        stats.rows_in, stats.rows_out = len(instances), min(op.k, len(scored))
+        return op.select(scored)
+    assert isinstance(op, SemAgg)
+    stats.rows_in = len(instances)
+    texts = [op.item_text(i) for i in instances]
+    window = op.window_tokens(state.engine.capacity.max_model_len_tokens)
+    nodes = op.folder().lower(planned.op_id, context)
+    while True:
+        groups = op.pack(texts, state.layout.tokenizer, window) if texts else [""]
+        holders = [Instance((g,), {ITEMS_COLUMN: text}) for g, text in enumerate(groups)]
+        folded, report = await _run_stage(nodes, holders, state, on_update)
+        reports.append(report)
+        texts = [str(i.values["partial"]) for i in folded]
+        if len(texts) == 1:
+            stats.rows_out = 1
+            return [Instance((0,), {op.output_column: texts[0]})]
 
 
 async def execute(
     physical: PhysicalPlan,
-    rows: list[Row],
-    ctx: ExecContext,
-    options: ExecutionOptions,
-    ledger: KVLedger | None = None,
-    on_update: Callable[[int, list[StageView]], None] | None = None,
-) -> tuple[list[Row], list[PipelineReport]]:
-    """Run every pipeline in order; returns the output tuples and one report per pipeline
-    run by the scheduler. ``ledger`` is shared by the queries running on one engine."""
-    precheck(physical, rows, ctx)
-    if options.pinning == "explicit" and not ctx.engine.supports_pinning:
+    instances: list[Instance],
+    state: RunState,
+    on_update: OnUpdate | None = None,
+) -> Execution:
+    """Run every pipeline in order.
+
+    Raises:
+        PlanError: before any LLM call, for the checks of the module docstring.
+        QueryError: a task failed; ``partial`` is the :class:`Execution` so far (the rows
+            that had completed the whole plan). Nothing the run held is left behind.
+    """
+    options = state.options
+    policy = options.resolved_policy()
+    if options.pinning == "explicit" and not state.engine.supports_pinning:
         raise PlanError(
-            f"explicit pinning needs an engine that supports it; {ctx.engine.name} does not"
+            f"explicit pinning needs an engine that supports it; {state.engine.name} does not"
             " (vLLM: start it with scheduler_cls=kalypso.engine.vllm_pinning.PINNING_SCHEDULER_CLS)"
         )
-    policy = parse_policy(options.policy)
-    if policy is not None and options.max_tasks_in_flight is not None:
-        cap = min(
-            policy.max_running_tasks or options.max_tasks_in_flight, options.max_tasks_in_flight
-        )
-        policy = replace(policy, max_running_tasks=cap)
-    ledger = ledger or KVLedger(ctx.engine.capacity.num_blocks)
-    ctx.bounded_outputs = policy is not None
-    reports: list[PipelineReport] = []
-    for pipeline in physical.pipelines:
-        if pipeline.barrier is not None:
-            barrier = pipeline.barrier
-            stats = ctx.stats_for(barrier.op_id)
-            stats.rows_in += len(rows)
-            rows = await barrier.operator.apply_all(rows, ctx, barrier.op_id)  # type: ignore[attr-defined]
-            stats.rows_out += len(rows)
-            # the barrier's output order is the new input order (sem_topk ranks rows)
-            rows = [Row((i,), r.values, r.pieces) for i, r in enumerate(rows)]
-        if policy is None:
-            rows = await _operator_at_a_time(pipeline.stages, rows, ctx)
-            continue
-        settings = SchedulerSettings(
-            alpha=options.alpha, beta=options.beta, explicit_pinning=options.pinning == "explicit"
-        )
+    context = LoweringContext(options.system_prompt, state.layout)
+    lowered = lower(physical, context, operator_at_a_time=policy.operator_at_a_time)
+    precheck(lowered, physical, instances, state)
+    done = Execution(instances, [])
+    for pipeline in lowered:
         number = pipeline.number
 
         def update(views: list[StageView], number: int = number) -> None:
             if on_update is not None:
                 on_update(number, views)
 
-        scheduler = PipelineScheduler(pipeline.stages, ctx, ledger, policy, settings, update)
-        rows = await scheduler.run(rows)
-        reports.append(scheduler.report)
-    return rows, reports
+        last = pipeline is lowered[-1]
+        try:
+            if pipeline.barrier is not None:
+                done.instances = await _run_barrier(
+                    pipeline, done.instances, state, done.reports, update
+                )
+            runner = PipelineRunner(state, pipeline.stages, update)
+            try:
+                done.instances = await runner.run(
+                    initial_programs(pipeline.stages, done.instances, state)
+                )
+            finally:
+                done.reports.append(runner.report)
+        except TaskFailed as failure:
+            completed = (
+                sorted(runner.core.outputs, key=lambda i: i.key)
+                if last and pipeline.barrier is None
+                else []
+            )
+            logger.info("%s failed: %s", state.owner, failure)
+            raise QueryError(
+                f"query {state.owner} failed: {failure}",
+                partial=Execution(completed, done.reports),
+                op_id=failure.op_id,
+                key=failure.key,
+            ) from failure.cause
+    return done

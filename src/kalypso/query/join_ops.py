@@ -18,13 +18,13 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from kalypso.query.context import ExecContext
+from kalypso.core.errors import PlanError
+from kalypso.core.instance import CallOutcome, Instance
 from kalypso.query.index import CascadeThresholds, VectorIndex
-from kalypso.query.llm_ops import FILTER_MAX_TOKENS, SemFilter
-from kalypso.query.operators import CartesianOperator, OperatorContract, Schema
-from kalypso.query.rows import Row
+from kalypso.query.llm_ops import SemFilter
+from kalypso.query.operators import CartesianOperator, OperatorContract, Schema, Values
 from kalypso.query.shared_index import index_for
-from kalypso.query.templates import Instruction, PlanError
+from kalypso.query.templates import Instruction
 
 DISTANCE_COLUMN = "join_distance"
 
@@ -138,8 +138,8 @@ class CartesianProduct(CartesianOperator):
             f" on {ix.right_column} k={ix.k} max_distance={ix.max_distance}"
         )
 
-    def can_pair(self, row: Row) -> bool:
-        return self._query is None or all(c in row.values for c in self._query.columns)
+    def can_pair(self, instance: Instance) -> bool:
+        return self._query is None or all(c in instance.values for c in self._query.columns)
 
     def right_columns(self) -> dict[str, list[Any]]:
         return {new: list(self._right[old]) for old, new in self._renames.items()}
@@ -160,17 +160,17 @@ class CartesianProduct(CartesianOperator):
             self._vector_index = index_for(texts)
         return self._vector_index
 
-    def partners(self, row: Row) -> list[Row]:
+    def partners(self, instance: Instance) -> list[Instance]:
         if self.index is None or self._query is None:
-            return [row.child(j, self._right_values(j)) for j in range(len(self._right))]
-        query = self._query.render(row.values)
+            return [instance.child(j, self._right_values(j)) for j in range(len(self._right))]
+        query = self._query.render(instance.values)
         hits = self.vector_index().select(
             query, k=self.index.k, max_distance=self.index.max_distance
         )
         children = []
         for hit in sorted(hits, key=lambda h: h.row):
             values = {**self._right_values(hit.row), DISTANCE_COLUMN: float(hit.distance)}
-            children.append(row.child(hit.row, values))
+            children.append(instance.child(hit.row, values))
         return children
 
 
@@ -187,10 +187,9 @@ class JoinPredicate(SemFilter):
         instruction: str,
         *,
         thresholds: CascadeThresholds | None = None,
-        max_tokens: int = FILTER_MAX_TOKENS,
         negate: bool = False,
     ) -> None:
-        super().__init__(instruction, max_tokens=max_tokens, negate=negate)
+        super().__init__(instruction, negate=negate)
         self.thresholds = thresholds
 
     def describe(self) -> str:
@@ -202,11 +201,15 @@ class JoinPredicate(SemFilter):
             cascade = f" cascade(accept<{t.accept_below}, reject>{t.reject_above})"
         return f"sem_join {'NOT ' if self.negate else ''}{self.instruction.text!r}{cascade}"
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        if self.thresholds is not None and DISTANCE_COLUMN in row.values:
-            decision = self.thresholds.decide(float(row.values[DISTANCE_COLUMN]))
-            if decision == "accept":
-                return row
-            if decision == "reject":
-                return None
-        return await super().apply(row, ctx, op_id, priority)
+    def _cascade(self, values: Values) -> str:
+        if self.thresholds is None or DISTANCE_COLUMN not in values:
+            return "ask"
+        return self.thresholds.decide(float(values[DISTANCE_COLUMN]))
+
+    def ask(self, values: Values) -> bool:
+        return self._cascade(values) == "ask"
+
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        if outcome is None:  # decided by the distance, without the LLM
+            return {} if self._cascade(values) == "accept" else None
+        return super().on_answer(values, outcome)

@@ -1,147 +1,110 @@
 """Pipelined semantic operators that make one LLM call per tuple.
 
-Answers are parsed by documented rules; an answer that cannot be parsed gets the
-operator's documented default and is counted in ``unparsed`` in the statistics:
+Decisions are one constrained token (paper section 6's static bound, at its smallest):
 
-* ``sem_filter``: the first word (lower-cased, stripped of punctuation) is ``yes``/``true``
-  -> keep, ``no``/``false`` -> drop. Anything else is unparsed and gets the default: drop
-  if the answer contains a negation (``no``, ``not``, ``never``, ``none``, or a word
-  ending in ``n't``), else keep. Small models often answer "The text does not ..."
-  instead of "No"; the default reads that as intended, and the count shows how often
-  it was needed.
-* ``sem_classify``: the first label that the answer starts with, else the first label
-  that appears in it (case-insensitive); none -> ``None``.
-* ``sem_extract``: lines ``field: value``; a field without a line -> ``None``.
-* ``sem_map`` / ``sem_extract``: ``max_tokens`` is a hard cap on the answer. Calls start
-  with a smaller bound (``first_bound_tokens``, default 64, which is what the scheduler
-  reserves KV memory for); an answer that stops at that bound is re-issued with a doubled
-  bound up to the cap (counted in ``retries``). ``sem_map`` answers are never unparsed.
+* ``sem_filter`` (and the join predicate) ask the question followed by "Answer yes or
+  no." and the engine may only answer with the first token of "Yes" or of "No"; the
+  decision carries its margin (log p(chosen) - log p(other)), reported per call, and
+  cannot be unparsable;
+* ``sem_classify`` constrains the answer to the first tokens of its labels (which must
+  differ; otherwise the labels are offered as ``A) ...``, ``B) ...`` and the answer is
+  one of those letters).
+
+Generative operators:
+
+* ``sem_map``: the answer, stripped, is the new column. ``max_tokens`` is a hard cap;
+  calls start at a smaller bound (``first_bound_tokens``, default 64: what the scheduler
+  reserves KV memory for) and are continued up to the cap when they reach it.
+* ``sem_extract``: lines ``field: value``; a field without a line -> ``None`` (counted in
+  ``unparsed``).
 """
 
 from __future__ import annotations
 
-import re
-from typing import ClassVar
+import string
+from typing import Any, ClassVar
 
-from kalypso.query.context import ExecContext
-from kalypso.query.operators import OperatorContract, PipelinedOperator, Schema
-from kalypso.query.rows import Row
-from kalypso.query.templates import Instruction, PlanError
+from kalypso.core.errors import PlanError
+from kalypso.core.graph import FnNode, LLMNode
+from kalypso.core.instance import CallOutcome
+from kalypso.query.operators import (
+    LLMOperator,
+    LoweringContext,
+    OperatorContract,
+    Schema,
+    Values,
+)
+from kalypso.query.templates import Instruction
 
-FILTER_MAX_TOKENS = 8
-"""Static token bound for predicates (paper section 6)."""
 DEFAULT_MAP_MAX_TOKENS = 256
 DEFAULT_FIRST_BOUND_TOKENS = 64
+YES, NO = "Yes", "No"
 
 
-def _check_new_column(column: str, schema: Schema, operator: str) -> None:
+def check_new_column(column: Any, schema: Schema, operator: str) -> None:
     if not isinstance(column, str) or not column.isidentifier():
         raise PlanError(f"{operator}: output column {column!r} must be an identifier")
     if column in schema:
         raise PlanError(f"{operator}: output column {column!r} already exists")
 
 
-_NEGATIONS = frozenset({"no", "not", "never", "none", "neither", "nor", "cannot"})
-
-
-def positive_tokens(value: int, operator: str) -> int:
-    if not isinstance(value, int) or value < 1:
-        raise PlanError(f"{operator}: token bounds must be positive integers, got {value!r}")
+def positive_tokens(value: Any, operator: str, name: str = "max_tokens") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlanError(f"{operator}: {name} must be a positive integer, got {value!r}")
     return value
 
 
-def parse_yes_no(text: str) -> bool | None:
-    """True/False from a leading yes/no (or true/false); None when there is none."""
-    words = re.findall(r"[a-z]+", text.lower())
-    if not words:
-        return None
-    if words[0] in ("yes", "true"):
-        return True
-    if words[0] in ("no", "false"):
-        return False
-    return None
+def check_flag(value: Any, operator: str, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise PlanError(f"{operator}: {name} must be True or False, got {value!r}")
+    return value
 
 
-def default_verdict(text: str) -> bool:
-    """The documented default for an unparsed predicate answer: negated -> False."""
-    words = re.findall(r"[a-z']+", text.lower())
-    return not any(w in _NEGATIONS or w.endswith("n't") for w in words)
+def string_list(value: Any, operator: str, name: str) -> list[str]:
+    """A list of strings (a lone string is refused: it would be split into characters)."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise PlanError(f"{operator}: {name} must be a list of strings, got {value!r}")
+    if any(not isinstance(v, str) for v in value):
+        raise PlanError(f"{operator}: {name} must be a list of strings, got {value!r}")
+    return list(value)
 
 
-class _OneCallOperator(PipelinedOperator):
-    """Shared by the operators that make one LLM call per tuple.
+class _Question(LLMOperator):
+    """Shared setup: the instruction and the output columns."""
 
-    Subclasses call :meth:`_setup` and set ``task`` (the text sent after the tuple's
-    context) and ``new_columns`` (what they add); ``first_bound_tokens`` is set only by
-    generative operators, whose answers may be long.
-    """
-
-    instruction: Instruction
-    task: str
-    max_tokens: int
-    first_bound_tokens: int | None = None
     new_columns: tuple[str, ...] = ()
 
-    def _setup(
-        self, instruction: str, max_tokens: int, first_bound_tokens: int | None = None
-    ) -> None:
+    def _setup(self, instruction: str) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
-        self.max_tokens = positive_tokens(max_tokens, self.kind)
-        if first_bound_tokens is not None:
-            bound = positive_tokens(first_bound_tokens, self.kind)
-            self.first_bound_tokens = min(bound, self.max_tokens)
 
     def output_schema(self, schema: Schema) -> Schema:
         self.instruction.check_columns(schema, operator=self.kind)
         for column in self.new_columns:
-            _check_new_column(column, schema, self.kind)
+            check_new_column(column, schema, self.kind)
         return (*schema, *self.new_columns)
 
-    def max_output_tokens(self) -> int:
-        return self.max_tokens
 
-    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
-        return self.instruction.columns, self.task
-
-    async def _ask(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> str:
-        result = await ctx.complete(
-            op_id,
-            row,
-            self.instruction.columns,
-            self.task,
-            max_tokens=self.max_tokens,
-            first_bound_tokens=self.first_bound_tokens,
-            priority=priority,
-        )
-        return result.text
-
-
-class SemFilter(_OneCallOperator):
+class SemFilter(_Question):
     """Keep the tuples for which the LLM answers yes (``negate=True``: answers no)."""
 
     kind = "sem_filter"
     contract: ClassVar[OperatorContract] = OperatorContract(True, True, False)
+    choices = (YES, NO)
 
-    def __init__(
-        self, instruction: str, *, max_tokens: int = FILTER_MAX_TOKENS, negate: bool = False
-    ) -> None:
-        self._setup(instruction, max_tokens)
-        self.negate = negate
+    def __init__(self, instruction: str, *, negate: bool = False) -> None:
+        self._setup(instruction)
+        self.negate = check_flag(negate, self.kind, "negate")
         self.task = self.instruction.task_text() + " Answer yes or no."
 
     def describe(self) -> str:
         return f"sem_filter {'NOT ' if self.negate else ''}{self.instruction.text!r}"
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        answer = await self._ask(row, ctx, op_id, priority)
-        verdict = parse_yes_no(answer)
-        if verdict is None:
-            ctx.stats_for(op_id).unparsed += 1
-            verdict = default_verdict(answer)
-        return row if verdict != self.negate else None
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        assert outcome is not None
+        return {} if (outcome.decision == YES) != self.negate else None
 
 
-class SemMap(_OneCallOperator):
+class SemMap(_Question):
     """Add a column with the LLM's answer to the instruction."""
 
     kind = "sem_map"
@@ -155,7 +118,10 @@ class SemMap(_OneCallOperator):
         max_tokens: int = DEFAULT_MAP_MAX_TOKENS,
         first_bound_tokens: int = DEFAULT_FIRST_BOUND_TOKENS,
     ) -> None:
-        self._setup(instruction, max_tokens, first_bound_tokens)
+        self._setup(instruction)
+        self.max_tokens = positive_tokens(max_tokens, self.kind)
+        bound = positive_tokens(first_bound_tokens, self.kind, "first_bound_tokens")
+        self.first_bound_tokens = min(bound, self.max_tokens)
         self.output_column = output_column
         self.new_columns = (output_column,)
         self.task = self.instruction.task_text()
@@ -163,12 +129,12 @@ class SemMap(_OneCallOperator):
     def describe(self) -> str:
         return f"sem_map {self.instruction.text!r} -> {self.output_column}"
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        answer = await self._ask(row, ctx, op_id, priority)
-        return row.with_value(self.output_column, answer.strip())
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        assert outcome is not None
+        return {self.output_column: outcome.text.strip()}
 
 
-class SemExtract(_OneCallOperator):
+class SemExtract(_Question):
     """Add several named fields, read from ``field: value`` lines of one answer."""
 
     kind = "sem_extract"
@@ -182,12 +148,16 @@ class SemExtract(_OneCallOperator):
         max_tokens: int = DEFAULT_MAP_MAX_TOKENS,
         first_bound_tokens: int = DEFAULT_FIRST_BOUND_TOKENS,
     ) -> None:
-        self._setup(instruction, max_tokens, first_bound_tokens)
-        if not fields:
+        self._setup(instruction)
+        self.max_tokens = positive_tokens(max_tokens, self.kind)
+        bound = positive_tokens(first_bound_tokens, self.kind, "first_bound_tokens")
+        self.first_bound_tokens = min(bound, self.max_tokens)
+        names = string_list(fields, self.kind, "fields")
+        if not names:
             raise PlanError("sem_extract: give at least one output field")
-        if len(set(fields)) != len(fields):
-            raise PlanError(f"sem_extract: duplicate field names in {list(fields)}")
-        self.fields = tuple(fields)
+        if len(set(names)) != len(names):
+            raise PlanError(f"sem_extract: duplicate field names in {names}")
+        self.fields = tuple(names)
         self.new_columns = self.fields
         listed = ", ".join(self.fields)
         self.task = (
@@ -208,58 +178,76 @@ class SemExtract(_OneCallOperator):
                 found[lowered[key]] = value.strip()
         return found
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        values = self.parse(await self._ask(row, ctx, op_id, priority))
-        if any(v is None for v in values.values()):
-            ctx.stats_for(op_id).unparsed += 1
-        for name, value in values.items():
-            row = row.with_value(name, value)
-        return row
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        assert outcome is not None
+        return dict(self.parse(outcome.text))
 
 
-class SemClassify(_OneCallOperator):
-    """Add a column holding one of ``labels``."""
+class SemClassify(_Question):
+    """Add a column holding one of ``labels`` (a one-token constrained answer)."""
 
     kind = "sem_classify"
     contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
 
-    def __init__(
-        self,
-        instruction: str,
-        labels: list[str],
-        output_column: str = "label",
-        *,
-        max_tokens: int = FILTER_MAX_TOKENS,
-    ) -> None:
-        self._setup(instruction, max_tokens)
-        cleaned = [str(label).strip() for label in labels or []]
+    def __init__(self, instruction: str, labels: list[str], output_column: str = "label") -> None:
+        self._setup(instruction)
+        cleaned = [label.strip() for label in string_list(labels, self.kind, "labels")]
         if len(cleaned) < 2 or any(not label for label in cleaned):
             raise PlanError(f"sem_classify: give at least two non-empty labels, got {labels!r}")
         if len({label.lower() for label in cleaned}) != len(cleaned):
             raise PlanError(f"sem_classify: labels must differ (case-insensitively): {labels!r}")
+        if len(cleaned) > len(string.ascii_uppercase):
+            raise PlanError(f"sem_classify: at most 26 labels, got {len(cleaned)}")
         self.labels = tuple(cleaned)
         self.output_column = output_column
         self.new_columns = (output_column,)
+        self.choices = self.labels
         self.task = (
             f"{self.instruction.task_text()} Answer with exactly one of: {', '.join(self.labels)}."
         )
+        letters = string.ascii_uppercase[: len(self.labels)]
+        options = "; ".join(f"{x}) {label}" for x, label in zip(letters, self.labels, strict=True))
+        self.lettered_task = (
+            f"{self.instruction.task_text()} Answer with the letter of one of: {options}."
+        )
+        self.letters = tuple(letters)
 
     def describe(self) -> str:
         return f"sem_classify {self.instruction.text!r} {list(self.labels)} -> {self.output_column}"
 
-    def parse(self, text: str) -> str | None:
-        answer = text.strip().lower()
-        by_length = sorted(self.labels, key=len, reverse=True)
-        for label in by_length:
-            if answer.startswith(label.lower()):
-                return label
-        positions = [(answer.find(label.lower()), label) for label in by_length]
-        present = [(pos, label) for pos, label in positions if pos >= 0]
-        # earliest match; at the same position the longer label ("pass with conditions")
-        return min(present, key=lambda p: (p[0], -len(p[1])))[1] if present else None
+    def lower(self, op_id: str, context: LoweringContext) -> list[LLMNode | FnNode]:
+        first_tokens = {context.layout.text_ids(label)[:1] for label in self.labels}
+        if len(first_tokens) == len(self.labels) and () not in first_tokens:
+            return super().lower(op_id, context)
+        # labels that start with the same token cannot be told apart by one token
+        lettered = _Lettered(self)
+        return lettered.lower(op_id, context)
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        label = self.parse(await self._ask(row, ctx, op_id, priority))
-        if label is None:
-            ctx.stats_for(op_id).unparsed += 1
-        return row.with_value(self.output_column, label)
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        assert outcome is not None and outcome.decision is not None
+        return {self.output_column: outcome.decision}
+
+
+class _Lettered(LLMOperator):
+    """``sem_classify`` with its labels offered as ``A) ...``, answered by a letter."""
+
+    kind = "sem_classify"
+    contract: ClassVar[OperatorContract] = SemClassify.contract
+
+    def __init__(self, classify: SemClassify) -> None:
+        self.instruction = classify.instruction
+        self.task = classify.lettered_task
+        self.choices = classify.letters
+        self._labels = dict(zip(classify.letters, classify.labels, strict=True))
+        self._column = classify.output_column
+        self._describe = classify.describe()
+
+    def output_schema(self, schema: Schema) -> Schema:
+        raise NotImplementedError  # only lowered, never planned
+
+    def describe(self) -> str:
+        return self._describe
+
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        assert outcome is not None and outcome.decision is not None
+        return {self._column: self._labels[outcome.decision]}

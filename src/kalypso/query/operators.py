@@ -1,6 +1,6 @@
 """The operator contract (paper Table 1) and the base classes every operator derives from.
 
-Each operator declares three properties the scheduler relies on:
+Each operator declares the properties the scheduler relies on:
 
 ==================  ===========  =========  =================
 operator            pipelining   predicate  Cartesian product
@@ -16,17 +16,21 @@ sem_topk            no           no         no
 sem_agg             no           no         no
 ==================  ===========  =========  =================
 
-and how many tokens it may generate per call (:meth:`Operator.max_output_tokens`), which
-the memory-aware scheduler uses to reserve KV memory.
+and *lowers* to nodes of the core's task graph (:mod:`kalypso.core.graph`), which is
+how the scheduler sizes its KV reservations and runs its calls. An operator never calls
+the engine itself, so none can escape the memory accounting.
 
-Writing your own operator: subclass :class:`PipelinedOperator` (one tuple in, at most one
-out), :class:`BlockingOperator` (whole table in) or :class:`CartesianOperator` (one left
-tuple in, its right-side partners out), set ``kind`` and ``contract``, implement
-``output_schema`` (validate the input columns, return the output columns; raise
-:class:`~kalypso.query.templates.PlanError`) and ``apply``/``apply_all``/``partners``. Make
-LLM calls only through :meth:`ExecContext.complete`. Add it to a plan with
-``table.apply(MyOperator(...))``, or register a factory with :func:`register_operator` and
-use ``table.op("my_operator", ...)``. See ``docs/operators.md``.
+Writing your own operator - pick the base class that matches the contract:
+
+* :class:`LLMOperator` - one LLM call per tuple (possibly skipped): set ``instruction``
+  and ``task``, ``max_tokens`` (and ``first_bound_tokens`` for long answers, or
+  ``choices`` for a one-token decision), implement ``on_answer``;
+* :class:`RowOperator` - plain Python on one tuple: implement ``apply_row``;
+* :class:`CartesianOperator` - one left tuple to its right-side partners;
+* :class:`BlockingOperator` - the built-in ``sem_topk`` and ``sem_agg`` (a barrier).
+
+Validate the input columns in ``output_schema`` (raise :class:`PlanError`: the plan then
+fails when it is built). See ``docs/operators.md``.
 """
 
 from __future__ import annotations
@@ -36,11 +40,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from kalypso.query.context import ExecContext
-from kalypso.query.rows import Row
-from kalypso.query.templates import PlanError
+from kalypso.core.errors import PlanError
+from kalypso.core.graph import (
+    Decision,
+    FanOutNode,
+    FnNode,
+    LLMNode,
+    Message,
+    Slot,
+    Text,
+)
+from kalypso.core.instance import CallOutcome, Instance
+from kalypso.core.prompt import ChatLayout
+from kalypso.query.rows import ContextSlot
+from kalypso.query.templates import Instruction
 
 Schema = tuple[str, ...]
+Values = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,15 @@ class OperatorContract:
         if self.cartesian_product:
             parts.append("cartesian-product")
         return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class LoweringContext:
+    """What lowering needs: the run's system prompt and the model's chat layout (its
+    tokenizer decides, for instance, whether labels differ in their first token)."""
+
+    system_prompt: str
+    layout: ChatLayout
 
 
 class Operator(ABC):
@@ -85,10 +110,9 @@ class Operator(ABC):
         """Upper bound on tokens generated per LLM call (0 for operators without calls)."""
         return 0
 
-    def prompt_parts(self) -> tuple[tuple[str, ...], str] | None:
-        """``(context columns, task)`` for operators that make one call per tuple, so the
-        executor can check prompt sizes and values before any call; None otherwise."""
-        return None
+    def prompt_columns(self) -> tuple[str, ...]:
+        """The columns whose values enter this operator's prompts (checked before a run)."""
+        return ()
 
     def prepare(self) -> None:  # noqa: B027 - a hook with nothing to do by default
         """Do now the one-off work the operator would otherwise do on its first tuple
@@ -96,21 +120,104 @@ class Operator(ABC):
 
 
 class PipelinedOperator(Operator):
-    """One tuple in, at most one tuple out."""
+    """One tuple in, at most one tuple out: lowers to task-graph nodes."""
 
     @abstractmethod
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        """Run on one tuple; ``None`` drops it (predicates only)."""
+    def lower(self, op_id: str, context: LoweringContext) -> list[LLMNode | FnNode]:
+        """This operator's nodes, in order, with ids starting with ``op_id``."""
+
+
+def user_prompt(columns: tuple[str, ...], task: str, system_prompt: str) -> tuple[Message, ...]:
+    """``[system | context(columns) | task]``: the prompt layout of every tuple operator."""
+    return (
+        Message("system", (Text(system_prompt),)),
+        Message("user", (Slot(ContextSlot(columns)), Text("\n\n" + task))),
+    )
+
+
+class LLMOperator(PipelinedOperator):
+    """One LLM call per tuple; :meth:`on_answer` turns the answer into the output tuple.
+
+    Subclasses set ``instruction`` (its columns form the context), ``task`` (the text
+    after the context), ``max_tokens``, and either ``choices`` (a one-token decision
+    among them) or ``first_bound_tokens`` (a long answer that starts below the cap).
+    """
+
+    instruction: Instruction
+    task: str
+    max_tokens: int = 1
+    first_bound_tokens: int | None = None
+    choices: tuple[str, ...] | None = None
+
+    def ask(self, values: Values) -> bool:
+        """Whether to call the LLM for this tuple (False: ``on_answer`` gets None)."""
+        return True
+
+    @abstractmethod
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        """The tuple's new column values (an empty dict keeps it as is), or None to drop it."""
+
+    def max_output_tokens(self) -> int:
+        return self.max_tokens
+
+    def prompt_columns(self) -> tuple[str, ...]:
+        return self.instruction.columns
+
+    def lower(self, op_id: str, context: LoweringContext) -> list[LLMNode | FnNode]:
+        call_id = f"{op_id}/call"
+        asks = type(self).ask is not LLMOperator.ask
+
+        def answer(instance: Instance) -> Instance | None:
+            outcome = instance.outputs.pop(call_id, None)
+            values = self.on_answer(dict(instance.values), outcome)
+            if values is None:
+                return None
+            for name, value in values.items():
+                instance = instance.with_value(name, value)
+            return instance
+
+        return [
+            LLMNode(
+                node_id=call_id,
+                messages=user_prompt(self.instruction.columns, self.task, context.system_prompt),
+                max_tokens=self.max_tokens,
+                op_id=op_id,
+                first_bound_tokens=self.first_bound_tokens,
+                decision=Decision(self.choices) if self.choices else None,
+                description=self.describe(),
+                when=(lambda instance: self.ask(dict(instance.values))) if asks else None,
+            ),
+            FnNode(f"{op_id}/answer", answer, op_id, (call_id,), "read the answer"),
+        ]
+
+
+class RowOperator(PipelinedOperator):
+    """Plain Python on one tuple (no LLM call)."""
+
+    blocking_io: ClassVar[bool] = False
+    """Set when ``apply_row`` does I/O or heavy work: it then runs in a thread."""
+
+    @abstractmethod
+    def apply_row(self, values: Values) -> Values | None:
+        """The tuple's new column values, or None to drop it."""
+
+    def lower(self, op_id: str, context: LoweringContext) -> list[LLMNode | FnNode]:
+        def run(instance: Instance) -> Instance | None:
+            values = self.apply_row(dict(instance.values))
+            if values is None:
+                return None
+            for name, value in values.items():
+                instance = instance.with_value(name, value)
+            return instance
+
+        return [FnNode(op_id, run, op_id, description=self.describe(), blocking=self.blocking_io)]
 
 
 class BlockingOperator(Operator):
-    """Consumes its whole materialized input."""
+    """Consumes its whole materialized input (``sem_topk``, ``sem_agg``); run by the
+    executor as a barrier between pipelines."""
 
     contract: ClassVar[OperatorContract] = OperatorContract(False, False, False)
-
-    @abstractmethod
-    async def apply_all(self, rows: list[Row], ctx: ExecContext, op_id: str) -> list[Row]:
-        """Run on the whole input; returns the output tuples."""
 
 
 class CartesianOperator(Operator):
@@ -119,8 +226,8 @@ class CartesianOperator(Operator):
     contract: ClassVar[OperatorContract] = OperatorContract(True, False, True)
 
     @abstractmethod
-    def partners(self, row: Row) -> list[Row]:
-        """The child tuples of ``row`` (each ``row.child(j, right_values)``)."""
+    def partners(self, instance: Instance) -> list[Instance]:
+        """The child instances of ``instance`` (each ``instance.child(j, right_values)``)."""
 
     @property
     @abstractmethod
@@ -132,15 +239,20 @@ class CartesianOperator(Operator):
     def right_rows(self) -> int:
         """Rows in the right-side table."""
 
-    def can_pair(self, row: Row) -> bool:
-        """Whether ``row`` already has what :meth:`partners` needs (the scheduler sizes
-        stages from sample rows before upstream operators have added their columns)."""
+    def can_pair(self, instance: Instance) -> bool:
+        """Whether ``instance`` already has what :meth:`partners` needs (the scheduler sizes
+        stages from sample tuples before upstream operators have added their columns)."""
         return True
 
     def right_columns(self) -> dict[str, list[Any]]:
         """The right-side columns (as named in the output) and their values, so values
         can be checked before the run; empty when the operator cannot list them."""
         return {}
+
+    def fan_out(self, op_id: str) -> FanOutNode:
+        return FanOutNode(
+            op_id, self.partners, op_id, can_expand=self.can_pair, description=self.describe()
+        )
 
 
 OperatorFactory = Callable[..., Operator]
@@ -149,7 +261,7 @@ _REGISTRY: dict[str, OperatorFactory] = {}
 
 def register_operator(name: str, factory: OperatorFactory, *, replace: bool = False) -> None:
     """Make ``table.op(name, ...)`` build an operator with ``factory(...)``."""
-    if not name.isidentifier():
+    if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"operator name {name!r} must be an identifier")
     if name in _REGISTRY and not replace:
         raise ValueError(f"operator {name!r} is already registered (pass replace=True)")

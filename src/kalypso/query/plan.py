@@ -18,31 +18,48 @@ operator raises :class:`~kalypso.query.templates.PlanError` at once.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from kalypso.core.bounds import BoundPolicy
+from kalypso.core.errors import PlanError, QueryError
+from kalypso.core.estimator import TokenBoundEstimator
+from kalypso.core.graph import TaskGraph
+from kalypso.core.ledger import KVLedger
+from kalypso.core.options import RunOptions
+from kalypso.core.progress import ProgressView
+from kalypso.core.prompt import ChatLayout
+from kalypso.core.report import PipelineReport
+from kalypso.core.runner import RunState
+from kalypso.core.stats import OperatorStats, stats_frame
 from kalypso.engine.protocol import Engine
-from kalypso.prompts import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from kalypso.query.blocking_ops import SemAgg, SemTopK
-from kalypso.query.context import ExecContext
-from kalypso.query.executor import ExecutionOptions, execute
+from kalypso.query.executor import Execution, execute
 from kalypso.query.join_ops import CartesianProduct, IndexJoin, JoinPredicate
 from kalypso.query.llm_ops import SemClassify, SemExtract, SemFilter, SemMap
-from kalypso.query.operators import Operator, build_operator
+from kalypso.query.lower import lower
+from kalypso.query.operators import LoweringContext, Operator, build_operator
 from kalypso.query.planner import PhysicalPlan, explain, plan, validate
 from kalypso.query.python_ops import IndexSearch, PyFilter, PyMap
-from kalypso.query.rows import Row
-from kalypso.query.stats import OperatorStats, stats_frame
-from kalypso.query.templates import PlanError
-from kalypso.scheduler.estimator import TokenBoundEstimator
-from kalypso.scheduler.memory import KVLedger
-from kalypso.scheduler.pipeline import PipelineReport
-from kalypso.scheduler.progress import ProgressView
+from kalypso.query.rows import input_instances
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision a run made: which operator, on which tuple, what, and by how much."""
+
+    op_id: str
+    key: tuple[int, ...]
+    choice: str
+    margin: float
 
 
 @dataclass(frozen=True)
@@ -57,10 +74,18 @@ class QueryResult:
     operator_stats: tuple[OperatorStats, ...]
     pipeline_reports: tuple[PipelineReport, ...] = ()
     """Scheduler reports (admission order, budget moves, peak KV) per pipeline."""
+    decisions: tuple[Decision, ...] = field(default=(), repr=False)
+    """Every constrained decision with its margin, in (operator, key) order."""
+    near_tie_margin: float = 0.1
 
     @property
     def llm_calls(self) -> int:
         return sum(s.calls for s in self.operator_stats)
+
+    @property
+    def requests(self) -> int:
+        """Engine requests (calls plus their continuations)."""
+        return sum(s.requests for s in self.operator_stats)
 
     @property
     def prompt_tokens(self) -> int:
@@ -75,13 +100,19 @@ class QueryResult:
         return self.prompt_tokens - self.cached_tokens
 
     @property
-    def retries(self) -> int:
-        return sum(s.retries for s in self.operator_stats)
+    def continuations(self) -> int:
+        """Requests that continued a call stopped at its output bound."""
+        return sum(s.continuations for s in self.operator_stats)
+
+    @property
+    def continued_tokens(self) -> int:
+        """Tokens those continuations generated."""
+        return sum(s.continued_tokens for s in self.operator_stats)
 
     @property
     def min_prefill_tokens(self) -> int:
         """Prefill the run's prompts need at the least: every distinct full-block prefix
-        computed once (an unbounded prefix cache, :mod:`kalypso.query.ideal_cache`)."""
+        computed once (an unbounded prefix cache, :mod:`kalypso.core.ideal_cache`)."""
         return sum(s.min_prefill_tokens for s in self.operator_stats)
 
     @property
@@ -100,16 +131,43 @@ class QueryResult:
     def peak_reserved_blocks(self) -> int:
         return max((r.peak_reserved_blocks for r in self.pipeline_reports), default=0)
 
+    @property
+    def near_ties(self) -> tuple[Decision, ...]:
+        """Decisions whose margin is below the run's ``near_tie_margin``."""
+        return tuple(d for d in self.decisions if d.margin < self.near_tie_margin)
+
     def report(self) -> str:
         """A short per-query report."""
         return (
-            f"{self.policy} on {self.engine}: {self.time_s:.2f} s, {self.llm_calls} calls,"
-            f" {self.prompt_tokens} prompt tokens, {self.cached_tokens} cached,"
-            f" {self.prefill_tokens} computed, {self.retries} retries,"
+            f"{self.policy} on {self.engine}: {self.time_s:.2f} s, {self.llm_calls} calls"
+            f" ({self.continuations} continued), {self.prompt_tokens} prompt tokens,"
+            f" {self.cached_tokens} cached, {self.prefill_tokens} computed,"
             f" {self.lost_prefixes} needed prefixes lost"
             f" (dependent hit rate {self.dependent_hit_rate:.2f}),"
+            f" {len(self.near_ties)} near-tie decisions,"
             f" peak KV reserved {self.peak_reserved_blocks} blocks"
         )
+
+
+def compare_decisions(a: QueryResult, b: QueryResult) -> tuple[int, list[Decision]]:
+    """How two runs of one plan agree: ``(differing decisions, near-ties among them)``.
+
+    A decision differs when both runs made it and chose differently; every differing
+    decision must be a near-tie in one of the runs for the same-answers guarantee to
+    hold (see the README). Decisions only one run made (a tuple filtered earlier in the
+    other) count as differing too.
+    """
+    mine = {(d.op_id, d.key): d for d in a.decisions}
+    theirs = {(d.op_id, d.key): d for d in b.decisions}
+    differing = 0
+    ties: list[Decision] = []
+    for key in mine.keys() | theirs.keys():
+        x, y = mine.get(key), theirs.get(key)
+        if x is None or y is None or x.choice != y.choice:
+            differing += 1
+            tie = [d for d in (x, y) if d is not None and d.margin < a.near_tie_margin]
+            ties.extend(tie[:1])
+    return differing, ties
 
 
 def _as_frame(data: pd.DataFrame | Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -233,85 +291,124 @@ class Table:
             operator.prepare()
         return self
 
+    def task_graphs(self, engine: Engine, *, policy: str = "adaptive") -> list[TaskGraph]:
+        """The plan lowered to the core's task graph, one per pipeline (``explain()`` on
+        each renders it): what :meth:`arun` will run with ``engine``'s chat template."""
+        options = RunOptions(policy=policy)
+        context = LoweringContext(options.system_prompt, ChatLayout(engine.tokenizer))
+        operator_at_a_time = options.resolved_policy().operator_at_a_time
+        lowered = lower(self.physical_plan(), context, operator_at_a_time=operator_at_a_time)
+        return [p.graph for p in lowered]
+
     async def arun(
         self,
         engine: Engine,
+        options: RunOptions | None = None,
         *,
-        policy: str = "adaptive",
-        max_tasks_in_flight: int | None = None,
-        max_retries: int = 2,
-        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-        query_id: str | None = None,
         ledger: KVLedger | None = None,
-        progress: bool = False,
-        alpha: float = 1.0,
-        beta: float = 0.5,
-        pinning: str = "virtual",
-        estimate_bounds: bool = True,
-        fixed_bound_tokens: int | None = None,
+        **option_values: Any,
     ) -> QueryResult:
         """Run the plan on ``engine`` (async). See :meth:`run`."""
-        if fixed_bound_tokens is not None and fixed_bound_tokens < 1:
-            raise PlanError(f"fixed_bound_tokens must be at least 1, got {fixed_bound_tokens}")
-        options = ExecutionOptions(policy, max_tasks_in_flight, max_retries, alpha, beta, pinning)
-        physical = self.physical_plan()
-        ctx = ExecContext(
-            engine,
-            PromptLayout(engine.tokenizer, system_prompt),
-            max_retries=max_retries,
-            query_id=query_id or f"q{uuid.uuid4().hex[:8]}",
-            estimator=TokenBoundEstimator() if estimate_bounds else None,
-            fixed_bound_tokens=fixed_bound_tokens,
-        )
-        for planned in physical.operators():
-            ctx.stats_for(planned.op_id)
-        records = self._source.to_dict("records")
-        rows = [Row((i,), {str(k): v for k, v in r.items()}) for i, r in enumerate(records)]
-        started = time.monotonic()
-        with ProgressView(physical, enabled=progress) as view:
-            out_rows, reports = await execute(
-                physical, rows, ctx, options, ledger=ledger, on_update=view.update
+        if options is None:
+            try:
+                options = RunOptions(**option_values)
+            except TypeError as exc:
+                raise PlanError(f"arun: {exc}") from None
+        elif option_values:
+            raise PlanError(
+                f"pass either options= or keyword options, not both: {sorted(option_values)}"
             )
-        elapsed_s = time.monotonic() - started
-        frame = pd.DataFrame([r.values for r in out_rows], columns=list(physical.output_schema))
-        operator_stats = tuple(ctx.stats.values())
+        if not isinstance(options, RunOptions):
+            raise PlanError(f"options must be a RunOptions, got {options!r}")
+        if engine is None or not hasattr(engine, "generate"):
+            raise PlanError(
+                f"arun needs an engine (kalypso.engine.protocol.Engine), got {engine!r}"
+            )
+        if ledger is not None and not isinstance(ledger, KVLedger):
+            raise PlanError(f"ledger must be a KVLedger, got {ledger!r}")
+        policy = options.resolved_policy()
+        physical = self.physical_plan()
+        owner = options.query_id or f"q{uuid.uuid4().hex[:8]}"
+        bounds = BoundPolicy(
+            bounded=policy.bounded_outputs,
+            estimator=TokenBoundEstimator() if options.estimate_bounds else None,
+            fixed_bound_tokens=options.fixed_bound_tokens,
+        )
+        state = RunState.create(engine, options, owner, ledger, bounds)
+        try:
+            state.ledger.register(owner)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        for planned in physical.operators():
+            state.stats_for(planned.op_id)
+        instances = input_instances(self._source.to_dict("records"))
+        started = time.monotonic()
+
+        def hit_rate() -> tuple[int, int]:
+            return (
+                sum(s.cached_tokens for s in state.stats.values()),
+                sum(s.prompt_tokens for s in state.stats.values()),
+            )
+
+        try:
+            with ProgressView(enabled=options.progress, hit_rate=hit_rate) as view:
+                done = await execute(physical, instances, state, on_update=view.update)
+        except QueryError as error:
+            if isinstance(error.partial, Execution):
+                error.partial = self._result(error.partial, state, physical, started)
+            raise
+        finally:
+            state.ledger.unregister(owner)
+        return self._result(done, state, physical, started)
+
+    def _result(
+        self, done: Execution, state: RunState, physical: PhysicalPlan, started: float
+    ) -> QueryResult:
+        frame = pd.DataFrame(
+            [[i.values.get(c) for c in physical.output_schema] for i in done.instances],
+            columns=list(physical.output_schema),
+        )
+        operator_stats = tuple(state.stats.values())
+        decisions = tuple(
+            Decision(op, key, choice, margin)
+            for op, key, choice, margin in sorted(state.decisions, key=lambda d: (d[0], d[1]))
+        )
         return QueryResult(
             frame=frame,
             stats=stats_frame(list(operator_stats)),
-            policy=policy,
-            engine=engine.name,
-            time_s=elapsed_s,
+            policy=state.options.resolved_policy().name,
+            engine=state.engine.name,
+            time_s=time.monotonic() - started,
             operator_stats=operator_stats,
-            pipeline_reports=tuple(reports),
+            pipeline_reports=tuple(done.reports),
+            decisions=decisions,
+            near_tie_margin=state.options.near_tie_margin,
         )
 
-    def run(self, engine: Engine, **kwargs: Any) -> QueryResult:
+    def run(self, engine: Engine, options: RunOptions | None = None, **kwargs: Any) -> QueryResult:
         """Run the plan on ``engine`` and return the output table with statistics.
 
-        Args:
-            policy: ``"adaptive"`` (default; alias ``"pipelined"``), ``"parallel-dfs"``,
-                ``"parallel-bfs"``, ``"static:R"``, ``"sequential"`` or
-                ``"operator-at-a-time"`` (see :mod:`kalypso.scheduler.policies`).
-            max_tasks_in_flight: optional cap on tasks running at once.
-            max_retries: re-issues of a call that hit its token bound (operator-at-a-time).
-            ledger: share one :class:`~kalypso.scheduler.memory.KVLedger` between queries
-                running at once on the same engine (default: one for this query).
-            progress: show a live per-stage view while running.
-            alpha, beta: Algorithm 1's thresholds.
-            pinning: ``"virtual"`` (default) or ``"explicit"`` (engine pins; deadlocks
-                are detected and broken by releasing all pins).
-            estimate_bounds: learn generative operators' output bounds online (default);
-                when false they always start at their fixed ``first_bound_tokens``.
-            fixed_bound_tokens: start every generative operator's calls at this many output
-                tokens (no estimator; retries double it up to the operator's cap), the
-                fixed-budget ablation of the paper's Figure 12.
+        Options (a :class:`~kalypso.core.options.RunOptions`, or its fields as keywords):
+        ``policy`` (``"adaptive"`` by default; see :mod:`kalypso.core.policies`),
+        ``pinning``, ``max_tasks_in_flight``, ``max_continuations``, ``alpha``/``beta``,
+        ``estimate_bounds``, ``fixed_bound_tokens``, ``call_timeout_s``,
+        ``near_tie_margin``, ``system_prompt``, ``query_id``, ``progress``. ``ledger=``
+        shares one :class:`~kalypso.core.ledger.KVLedger` between runs on one engine.
 
         Raises:
-            PlanError: before any LLM call, for values that cannot enter a prompt or
-                first-stage prompts larger than the context.
-            kalypso.engine.protocol.EngineError: the engine failed.
+            PlanError: before any LLM call, for bad options, values that cannot enter a
+                prompt, or prompts that cannot fit.
+            QueryError: the run failed after it started (the engine failed or timed out,
+                a Python step raised). Everything it held is released; ``error.partial``
+                is a :class:`QueryResult` of the rows that had completed the whole plan.
         """
-        return asyncio.run(self.arun(engine, **kwargs))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(engine, options, **kwargs))
+        raise PlanError(
+            "Table.run() was called inside a running event loop; use `await plan.arun(engine)`"
+        )
 
 
 def table(data: pd.DataFrame | Sequence[dict[str, Any]], name: str = "table") -> Table:

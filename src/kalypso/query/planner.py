@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kalypso.core.errors import PlanError
 from kalypso.query.operators import (
     BlockingOperator,
     CartesianOperator,
@@ -24,7 +25,6 @@ from kalypso.query.operators import (
     PipelinedOperator,
     Schema,
 )
-from kalypso.query.templates import PlanError
 
 
 @dataclass(frozen=True)

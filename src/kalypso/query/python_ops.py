@@ -7,15 +7,15 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from kalypso.query.context import ExecContext
+from kalypso.core.errors import PlanError
 from kalypso.query.index import VectorIndex
-from kalypso.query.operators import OperatorContract, PipelinedOperator, Schema
-from kalypso.query.rows import Row
+from kalypso.query.llm_ops import check_new_column
+from kalypso.query.operators import OperatorContract, RowOperator, Schema, Values
 from kalypso.query.shared_index import index_for
-from kalypso.query.templates import Instruction, PlanError
+from kalypso.query.templates import Instruction
 
 
-class PyMap(PipelinedOperator):
+class PyMap(RowOperator):
     """``fn(row_values) -> value`` stored in ``output_column``."""
 
     kind = "map"
@@ -28,18 +28,17 @@ class PyMap(PipelinedOperator):
         self.output_column = output_column
 
     def output_schema(self, schema: Schema) -> Schema:
-        if self.output_column in schema:
-            raise PlanError(f"map: output column {self.output_column!r} already exists")
+        check_new_column(self.output_column, schema, self.kind)
         return (*schema, self.output_column)
 
     def describe(self) -> str:
         return f"map {getattr(self.fn, '__name__', 'fn')} -> {self.output_column}"
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        return row.with_value(self.output_column, self.fn(dict(row.values)))
+    def apply_row(self, values: Values) -> Values | None:
+        return {self.output_column: self.fn(values)}
 
 
-class PyFilter(PipelinedOperator):
+class PyFilter(RowOperator):
     """Keep rows for which ``predicate(row_values)`` is true."""
 
     kind = "filter"
@@ -56,16 +55,17 @@ class PyFilter(PipelinedOperator):
     def describe(self) -> str:
         return f"filter {getattr(self.predicate, '__name__', 'predicate')}"
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        return row if self.predicate(dict(row.values)) else None
+    def apply_row(self, values: Values) -> Values | None:
+        return {} if self.predicate(values) else None
 
 
-class IndexSearch(PipelinedOperator):
+class IndexSearch(RowOperator):
     """Retrieve the ``k`` passages of ``corpus`` nearest to the rendered query template and
     append them, joined by blank lines, as ``output_column`` (evidence for later prompts)."""
 
     kind = "index_search"
     contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+    blocking_io: ClassVar[bool] = True  # embeds the query: off the event loop
 
     def __init__(
         self,
@@ -87,8 +87,7 @@ class IndexSearch(PipelinedOperator):
 
     def output_schema(self, schema: Schema) -> Schema:
         self.query.check_columns(schema, operator=self.kind)
-        if self.output_column in schema:
-            raise PlanError(f"index_search: output column {self.output_column!r} already exists")
+        check_new_column(self.output_column, schema, self.kind)
         return (*schema, self.output_column)
 
     def describe(self) -> str:
@@ -106,7 +105,6 @@ class IndexSearch(PipelinedOperator):
     def prepare(self) -> None:
         self.vector_index()
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        hits = self.vector_index().select(self.query.render(row.values), k=self.k)
-        evidence = "\n\n".join(self.passages[h.row] for h in hits)
-        return row.with_value(self.output_column, evidence)
+    def apply_row(self, values: Values) -> Values | None:
+        hits = self.vector_index().select(self.query.render(values), k=self.k)
+        return {self.output_column: "\n\n".join(self.passages[h.row] for h in hits)}

@@ -23,11 +23,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kalypso.core.errors import PlanError
+
 _FIELD = re.compile(r"(?<!\{)\{([A-Za-z_][A-Za-z0-9_]*)\}(?!\})")
-
-
-class PlanError(ValueError):
-    """A query plan is invalid; raised while building or before running, never mid-run."""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kalypso.engine.blocks import hash_full_blocks
+
 
 class IdealPrefixCache:
     """Full-block prefixes seen so far, as chained block hashes (never evicted)."""
@@ -20,20 +22,21 @@ class IdealPrefixCache:
         if block_size_tokens < 1:
             raise ValueError(f"block size must be positive, got {block_size_tokens}")
         self.block_size_tokens = block_size_tokens
-        self._blocks: set[int] = set()
+        self._blocks: set[bytes] = set()
 
     def prefill_tokens(self, prompt: Sequence[int]) -> int:
         """Tokens of ``prompt`` this cache would compute; then remembers its blocks."""
         block = self.block_size_tokens
         reusable_blocks = (len(prompt) - 1) // block if prompt else 0
-        chain = 0
         hits = 0
-        still_hitting = True
-        for index in range(len(prompt) // block):
-            chain = hash((chain, tuple(prompt[index * block : (index + 1) * block])))
-            if still_hitting and index < reusable_blocks and chain in self._blocks:
-                hits += 1
-            else:
-                still_hitting = False
-            self._blocks.add(chain)
+        for index, block_hash in enumerate(hash_full_blocks(prompt, block)):
+            if index >= reusable_blocks or block_hash not in self._blocks:
+                break
+            hits += 1
+        self.remember(prompt)
         return len(prompt) - hits * block
+
+    def remember(self, token_ids: Sequence[int]) -> None:
+        """Remember the full blocks of ``token_ids`` (a prompt followed by its output, which
+        vLLM caches too: a continuation finds them)."""
+        self._blocks.update(hash_full_blocks(token_ids, self.block_size_tokens))

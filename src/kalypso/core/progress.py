@@ -1,25 +1,30 @@
-"""The live view: per stage, tasks done/waiting/running, budget and KV in use."""
+"""The live view: per stage, tasks done/waiting/running, budget and KV in use, with the
+run's prefix-cache hit rate so far."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from kalypso.query.planner import PhysicalPlan
-from kalypso.scheduler.pipeline import StageView
+from kalypso.core.report import StageView
 
 
 class ProgressView:
     """A rich live table updated by the scheduler; a no-op when disabled."""
 
     def __init__(
-        self, physical: PhysicalPlan, *, enabled: bool, console: Console | None = None
+        self,
+        *,
+        enabled: bool,
+        console: Console | None = None,
+        hit_rate: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         self._enabled = enabled
-        self._physical = physical
+        self._hit_rate = hit_rate
         self._live: Live | None = None
         self._console = console or Console(stderr=True)
 
@@ -41,7 +46,12 @@ class ProgressView:
     def update(self, pipeline: int, views: list[StageView]) -> None:
         if self._live is None:
             return
-        table = Table(title=f"pipeline {pipeline}")
+        title = f"pipeline {pipeline}"
+        if self._hit_rate is not None:
+            cached, prompt = self._hit_rate()
+            if prompt:
+                title += f" - prefix-cache hits {cached / prompt:.0%} of {prompt} prompt tokens"
+        table = Table(title=title)
         for header in (
             "stage",
             "done",

@@ -1,58 +1,41 @@
-"""KV memory accounting for the scheduler: reservations, stage budgets, dependencies.
+"""KV memory accounting for one pipeline: stage budgets, reservations and prefix holding.
 
 Everything is in KV *blocks* of the engine's real capacity (never a constant).
 
-A task reserves ``total_blocks``: its prompt (beyond the full blocks it shares with its
-parent, which the parent already holds) plus its output bound, rounded up to blocks.
-Of those, ``prefix_blocks`` (the full blocks of the tuple's ``[system | context]``) are
+A task reserves ``total_blocks``: its prompts (beyond the full blocks it shares with its
+parent, which the parent already holds) plus its output bounds, rounded up to blocks. Of
+those, ``prefix_blocks`` (the full blocks of what its children's prompts start with) are
 what its children will reuse. When the task completes:
 
-* with children: its working memory is released but its prefix stays reserved (charged to
-  its stage) until the last child is *done*;
+* with children: its working memory is released but its own prefix stays reserved
+  (charged to its stage) until the last child is *done*;
 * filtered, in the last stage, or with no children: everything is released, and it is done.
 
 A task is *done* when it completed and all its children are done; then its prefix is
-released and its parent is told, recursively::
+released and its parent is told, recursively. The holding relation is a forest over the
+data-dependency DAG: each task names at most one parent, the one whose prompt its own
+extends (the longest shared prefix)::
 
     parent (prefix held) --- child 1 (done)
                          \\-- child 2 (running)   -> parent released when child 2 is done
 
-:class:`KVLedger` is shared by every query on one engine: the sum of all reservations never
-exceeds the engine's capacity (no over-commit). :class:`StageBudgets` splits one query's
-view of that capacity among the stages of the pipeline it is running.
+:class:`StageBudgets` splits one pipeline's view of the capacity among its stages; the
+shared :class:`~kalypso.core.ledger.KVLedger` bounds the sum over every owner.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
+from kalypso.core.ledger import KVLedger
 
-@dataclass
-class KVLedger:
-    """All reservations against one engine's KV capacity (share one per engine)."""
-
-    capacity_blocks: int
-    reserved_blocks: int = 0
-    peak_reserved_blocks: int = 0
-    running_tasks: int = 0
-    """Tasks running now, over all queries on the engine."""
-
-    def fits(self, blocks: int) -> bool:
-        return self.reserved_blocks + blocks <= self.capacity_blocks
-
-    def reserve(self, blocks: int) -> None:
-        self.reserved_blocks += blocks
-        self.peak_reserved_blocks = max(self.peak_reserved_blocks, self.reserved_blocks)
-
-    def release(self, blocks: int) -> None:
-        if blocks > self.reserved_blocks:
-            raise AssertionError(f"releasing {blocks} blocks, only {self.reserved_blocks} held")
-        self.reserved_blocks -= blocks
+logger = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
 class TaskMemory:
-    """One task's reservation and its place in the dependency tree."""
+    """One task's reservation and its place in the prefix-holding forest."""
 
     stage: int
     total_blocks: int
@@ -64,8 +47,9 @@ class TaskMemory:
     pending_children: int = 0
     completed: bool = False
     held_blocks: int = 0
-    """What this task holds right now (total while running, prefix while waiting on
+    """What this task holds right now (total while running, own prefix while waiting on
     children, 0 when released)."""
+    running: bool = False
 
 
 @dataclass
@@ -105,11 +89,17 @@ class StageBudgets:
 
 
 class MemoryManager:
-    """Admission, allocation, release and dependency tracking for one query's pipeline."""
+    """Admission, allocation, release and prefix holding for one owner's pipeline.
 
-    def __init__(self, ledger: KVLedger, budgets: StageBudgets) -> None:
+    Every block it reserves is charged to ``owner`` in the shared ledger, so
+    :meth:`release_all` (or the ledger's ``release_owner``) returns all of it.
+    """
+
+    def __init__(self, ledger: KVLedger, budgets: StageBudgets, owner: str) -> None:
         self.ledger = ledger
         self.budgets = budgets
+        self.owner = owner
+        self._tasks: set[TaskMemory] = set()
 
     def admits(self, task: TaskMemory, *, stage_idle: bool, query_idle: bool) -> bool:
         """Whether ``task`` may start now.
@@ -118,10 +108,10 @@ class MemoryManager:
         rules let work through that would otherwise never start (each has a test named
         after the deadlock it prevents):
 
-        * a stage with nothing running admits a task larger than its budget if the
-          ledger has room (estimates of a stage's minimum can be too small);
-        * a query with nothing running admits its next task even beyond the ledger when
-          no task of any query is running: what the ledger holds then are prefixes kept
+        * a stage with nothing running and nothing held admits a task larger than its
+          budget if the ledger has room (estimates of a stage's minimum can be too small);
+        * a pipeline with nothing running admits its next task even beyond the ledger when
+          no task of any owner is running: what the ledger holds then are prefixes kept
           for children that do not fit beside them, or a task larger than the whole
           cache; the engine still runs it (evicting, or - with explicit pins - stalling
           until the deadlock handler unpins).
@@ -134,8 +124,10 @@ class MemoryManager:
         return query_idle and self.ledger.running_tasks == 0
 
     def allocate(self, task: TaskMemory) -> None:
+        self._tasks.add(task)
         self._hold(task, task.total_blocks)
-        self.ledger.running_tasks += 1
+        task.running = True
+        self.ledger.task_started(self.owner)
 
     def complete(self, task: TaskMemory, *, children: int) -> list[TaskMemory]:
         """``task`` finished with ``children`` new child tasks (0 if filtered or last).
@@ -144,7 +136,7 @@ class MemoryManager:
         """
         task.completed = True
         task.pending_children = children
-        self.ledger.running_tasks -= 1
+        self._stop(task)
         if children > 0:
             own_prefix = task.prefix_blocks - task.shared_blocks
             self._hold(task, max(0, min(own_prefix, task.total_blocks)))
@@ -152,16 +144,33 @@ class MemoryManager:
         return self._finish(task)
 
     def requeue(self, task: TaskMemory, total_blocks: int) -> None:
-        """Release a task that will run again (a retry) and set its new reservation."""
+        """Release a task that will run again (it needs a larger reservation)."""
         self._hold(task, 0)
-        self.ledger.running_tasks -= 1
+        self._stop(task)
         task.total_blocks = total_blocks
+
+    def release_all(self) -> int:
+        """Give back every block this pipeline holds (failure or cancellation); returns
+        the blocks released. The manager must not be used afterwards."""
+        released = 0
+        for task in self._tasks:
+            released += task.held_blocks
+            self._hold(task, 0)
+            if task.running:
+                self._stop(task)
+        self._tasks.clear()
+        return released
+
+    def _stop(self, task: TaskMemory) -> None:
+        task.running = False
+        self.ledger.task_stopped(self.owner)
 
     def _finish(self, task: TaskMemory) -> list[TaskMemory]:
         done: list[TaskMemory] = []
         current: TaskMemory | None = task
         while current is not None and current.completed and current.pending_children == 0:
             self._hold(current, 0)
+            self._tasks.discard(current)
             done.append(current)
             parent = current.parent
             if parent is None:
@@ -174,8 +183,8 @@ class MemoryManager:
         """Set what ``task`` holds to ``blocks`` (charged to its stage and the ledger)."""
         delta = blocks - task.held_blocks
         if delta > 0:
-            self.ledger.reserve(delta)
+            self.ledger.reserve(self.owner, delta)
         elif delta < 0:
-            self.ledger.release(-delta)
+            self.ledger.release(self.owner, -delta)
         self.budgets.used_blocks[task.stage] += delta
         task.held_blocks = blocks

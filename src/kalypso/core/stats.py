@@ -1,4 +1,4 @@
-"""Per-operator statistics of a query run."""
+"""Per-operator statistics of a run (one entry per ``op_id`` of the task graph)."""
 
 from __future__ import annotations
 
@@ -13,32 +13,39 @@ from kalypso.engine.protocol import GenerateResult
 class OperatorStats:
     """What one operator did during a run.
 
-    ``retries`` counts calls re-issued because the answer hit its token bound;
-    ``unparsed`` counts answers the operator could not parse (given the documented
-    default); ``llm_time_s`` sums the latencies of its calls (calls overlap, so it can
-    exceed the wall time).
+    ``calls`` counts logical LLM calls; ``requests`` the engine requests they took (a
+    call stopped at its output bound is *continued*: the next request is its prompt plus
+    the tokens generated so far, so only new tokens cost anything); ``continuations``
+    and ``continued_tokens`` count those extra requests and the tokens they generated.
+    ``near_ties`` counts decisions whose margin was below the run's epsilon.
+    ``llm_time_s`` sums the latencies of its requests (they overlap, so it can exceed the
+    wall time).
     """
 
     operator: str
     rows_in: int = 0
     rows_out: int = 0
     calls: int = 0
+    requests: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
-    retries: int = 0
-    unparsed: int = 0
+    output_tokens: int = 0
+    continuations: int = 0
+    continued_tokens: int = 0
+    decisions: int = 0
+    near_ties: int = 0
     llm_time_s: float = 0.0
     dependent_calls: int = 0
-    """Calls on a tuple whose previous call left a prefix they should reuse."""
+    """Requests on an instance whose previous request left a prefix they should reuse."""
     expected_prefix_tokens: int = 0
-    """Full-block tokens those calls should have found cached."""
+    """Full-block tokens those requests should have found cached."""
     found_prefix_tokens: int = 0
     """Of those, the tokens the engine reported cached."""
     lost_prefixes: int = 0
-    """Dependent calls that found less than their expected prefix (evicted)."""
+    """Dependent requests that found less than their expected prefix (evicted)."""
     min_prefill_tokens: int = 0
-    """Prefill an unbounded prefix cache would compute for these calls
-    (:mod:`kalypso.query.ideal_cache`)."""
+    """Prefill an unbounded prefix cache would compute for these requests
+    (:mod:`kalypso.core.ideal_cache`)."""
 
     @property
     def prefill_tokens(self) -> int:
@@ -48,13 +55,19 @@ class OperatorStats:
         self,
         result: GenerateResult,
         *,
+        continuation: bool,
         expected_cached_tokens: int = 0,
         min_prefill_tokens: int = 0,
     ) -> None:
-        self.calls += 1
+        """Count one engine request."""
+        self.requests += 1
+        if continuation:
+            self.continuations += 1
+            self.continued_tokens += result.output_tokens
         self.min_prefill_tokens += min_prefill_tokens
         self.prompt_tokens += result.prompt_tokens
         self.cached_tokens += result.cached_tokens
+        self.output_tokens += result.output_tokens
         self.llm_time_s += result.timings.total_s
         if expected_cached_tokens > 0:
             self.dependent_calls += 1

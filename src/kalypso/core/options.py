@@ -1,0 +1,105 @@
+"""One frozen set of run options, passed unchanged from the front end to the runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kalypso.core.errors import PlanError
+from kalypso.core.policies import Policy, PolicyError, get_policy
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful data analyst. Answer the question about the document that follows,"
+    " briefly and exactly as asked."
+)
+
+
+def _check_int(name: str, value: Any, minimum: int, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise PlanError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_float(name: str, value: Any, *, positive: bool, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"{name} must be a number, got {value!r}")
+    if positive and not value > 0:
+        raise PlanError(f"{name} must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a plan or a workflow.
+
+    Attributes:
+        policy: a policy name (``"adaptive"``, ``"static:0.3"``, ... see
+            :mod:`kalypso.core.policies`) or a :class:`~kalypso.core.policies.Policy`.
+        pinning: ``"virtual"`` (admission control alone keeps prefixes cached under LRU)
+            or ``"explicit"`` (the engine pins each parent's blocks until its children are
+            done; needs an engine with ``supports_pinning``).
+        max_tasks_in_flight: optional cap on tasks running at once.
+        max_continuations: continuations of a call at doubled bounds before the last one
+            goes to the call's cap.
+        alpha, beta: Algorithm 1's saturation and starvation thresholds (0 < beta < alpha).
+        estimate_bounds: learn generative calls' output bounds online (else their own).
+        fixed_bound_tokens: one first output bound for every generative call.
+        call_timeout_s: a call not finished after this many seconds fails the run
+            (:class:`~kalypso.engine.protocol.EngineTimeoutError`); None: the engine's own.
+        deadlock_check_s: with explicit pinning, how long without a completion before
+            asking the engine whether pins hold it stuck.
+        near_tie_margin: a decision whose log-probability margin is below this is a
+            *near-tie*: reported, and exempt from the same-answers guarantee (bf16, or a
+            different batch, may flip it).
+        system_prompt: the system message of front ends that use one (queries).
+        query_id: this run's id on the engine's ledger (unique among running runs).
+        progress: show a live per-stage view on stderr.
+    """
+
+    policy: str | Policy = "adaptive"
+    pinning: str = "virtual"
+    max_tasks_in_flight: int | None = None
+    max_continuations: int = 2
+    alpha: float = 1.0
+    beta: float = 0.5
+    estimate_bounds: bool = True
+    fixed_bound_tokens: int | None = None
+    call_timeout_s: float | None = 600.0
+    deadlock_check_s: float = 0.25
+    near_tie_margin: float = 0.1
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    query_id: str | None = None
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            get_policy(self.policy)
+        except PolicyError as exc:
+            raise PlanError(str(exc)) from None
+        if self.pinning not in ("virtual", "explicit"):
+            raise PlanError(f"pinning must be 'virtual' or 'explicit', got {self.pinning!r}")
+        _check_int("max_tasks_in_flight", self.max_tasks_in_flight, 1, optional=True)
+        _check_int("max_continuations", self.max_continuations, 0)
+        _check_int("fixed_bound_tokens", self.fixed_bound_tokens, 1, optional=True)
+        _check_float("alpha", self.alpha, positive=True)
+        _check_float("beta", self.beta, positive=True)
+        if not 0 < self.beta < self.alpha:
+            raise PlanError(f"need 0 < beta < alpha, got beta={self.beta}, alpha={self.alpha}")
+        _check_float("call_timeout_s", self.call_timeout_s, positive=True, optional=True)
+        _check_float("deadlock_check_s", self.deadlock_check_s, positive=True)
+        _check_float("near_tie_margin", self.near_tie_margin, positive=False)
+        if self.near_tie_margin < 0:
+            raise PlanError(f"near_tie_margin must be >= 0, got {self.near_tie_margin}")
+        if not isinstance(self.system_prompt, str):
+            raise PlanError(f"system_prompt must be a string, got {self.system_prompt!r}")
+        if self.query_id is not None and (not isinstance(self.query_id, str) or not self.query_id):
+            raise PlanError(f"query_id must be a non-empty string, got {self.query_id!r}")
+        for name in ("estimate_bounds", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise PlanError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    def resolved_policy(self) -> Policy:
+        """A fresh policy object for one run."""
+        return get_policy(self.policy)

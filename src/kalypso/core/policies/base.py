@@ -1,0 +1,141 @@
+"""The policy interface and the registry that names policies.
+
+A policy is a strategy object the scheduler core consults; it never touches the core's
+state directly. It decides:
+
+* **stage split** - :meth:`Policy.initial_budgets`: each stage's share of the KV capacity;
+* **rebalance** - :meth:`Policy.rebalance`: budget moves after each batch of completions;
+* **admission order** - :meth:`Policy.admission_stages`: which stage's queue is offered
+  room first, and :attr:`Policy.max_running_tasks`;
+* **pinning** - :meth:`Policy.pins`: whether a task's prefix is pinned in the engine
+  while its children run (explicit pinning);
+* **execution shape** - :attr:`Policy.memory_aware` (reserve KV blocks per task, or submit
+  everything and let the engine queue), :attr:`Policy.bounded_outputs` (start generative
+  calls below their cap and continue them when they reach it), and
+  :attr:`Policy.operator_at_a_time` (one stage per operator, each materialized before the
+  next starts).
+
+Adding a policy is one module: subclass :class:`Policy`, then
+``register_policy("name", factory)``; ``factory(argument)`` gets the text after a colon
+(``"static:0.3"`` -> ``"0.3"``) or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kalypso.core.memory import StageBudgets
+
+
+class PolicyError(ValueError):
+    """An unknown policy name or a bad policy argument."""
+
+
+@dataclass(frozen=True)
+class RebalanceView:
+    """What a policy may read and do during Rebalance.
+
+    Attributes:
+        waiting: tasks waiting per stage.
+        budgets: budgets, minimums and usage per stage (read only: move with ``move``).
+        alpha, beta: the saturation and starvation thresholds of the run's options.
+        move: ``move(source, target, reason)`` transfers all of ``source``'s
+            transferable budget to ``target`` and records it; returns the blocks moved.
+    """
+
+    waiting: Sequence[int]
+    budgets: StageBudgets
+    alpha: float
+    beta: float
+    move: Callable[[int, int, str], int]
+
+
+class Policy:
+    """How the scheduler core admits tasks (see the module docstring).
+
+    The defaults describe a memory-aware policy with fixed budgets: every stage but the
+    last at its minimum, the last the rest, no rebalancing, deepest stage first.
+    """
+
+    name: str = "policy"
+    memory_aware: bool = True
+    bounded_outputs: bool = True
+    operator_at_a_time: bool = False
+    max_running_tasks: int | None = None
+
+    def initial_budgets(self, capacity_blocks: int, min_blocks: Sequence[int]) -> list[int]:
+        """Initial per-stage budgets summing to ``capacity_blocks`` (each at or above its
+        minimum when the capacity allows)."""
+        head = list(min_blocks[:-1])
+        return [*head, max(capacity_blocks - sum(head), min_blocks[-1])]
+
+    def rebalance(self, view: RebalanceView) -> None:
+        """Move budget after a batch of completions (default: never)."""
+
+    def admission_stages(self, num_stages: int) -> Sequence[int]:
+        """Stages in the order their waiting tasks are offered room (deepest first)."""
+        return range(num_stages - 1, -1, -1)
+
+    def priority(self, stage: int, num_stages: int) -> int:
+        """The engine priority of a stage's calls (lower is served first): deeper stages
+        first, so work that frees a prefix is not starved by work that adds one."""
+        return num_stages - 1 - stage
+
+    def pins(self, stage: int, num_stages: int, explicit_pinning: bool) -> bool:
+        """Whether a task of ``stage`` pins its blocks in the engine until its children are
+        done (only meaningful with explicit pinning; the last stage has no children)."""
+        return explicit_pinning and stage + 1 < num_stages
+
+    def describe(self) -> str:
+        return self.name
+
+
+PolicyFactory = Callable[[str | None], Policy]
+_REGISTRY: dict[str, PolicyFactory] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register_policy(
+    name: str, factory: PolicyFactory, *, aliases: Sequence[str] = (), replace: bool = False
+) -> None:
+    """Make ``name`` (and ``aliases``) resolve to ``factory(argument)``."""
+    for key in (name, *aliases):
+        if not key or ":" in key:
+            raise ValueError(f"policy name {key!r} must be non-empty and have no colon")
+        if (key in _REGISTRY or key in _ALIASES) and not replace:
+            raise ValueError(f"policy {key!r} is already registered (pass replace=True)")
+    _REGISTRY[name] = factory
+    for alias in aliases:
+        _ALIASES[alias] = name
+
+
+def policy_names() -> list[str]:
+    """Registered names and aliases."""
+    return sorted([*_REGISTRY, *_ALIASES])
+
+
+def get_policy(spec: str | Policy) -> Policy:
+    """The policy ``spec`` names (``"adaptive"``, ``"static:0.3"``), or ``spec`` itself.
+
+    Raises:
+        PolicyError: unknown name, or a bad argument.
+    """
+    if isinstance(spec, Policy):
+        return spec
+    if not isinstance(spec, str) or not spec:
+        raise PolicyError(f"a policy is a name from {policy_names()}, got {spec!r}")
+    name, sep, argument = spec.partition(":")
+    name = _ALIASES.get(name, name)
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise PolicyError(f"unknown execution policy {spec!r}; choose from {policy_names()}")
+    policy = factory(argument if sep else None)
+    policy.name = spec
+    return policy
+
+
+def no_argument(name: str, argument: str | None) -> None:
+    """Raise :class:`PolicyError` if a policy that takes no argument got one."""
+    if argument is not None:
+        raise PolicyError(f"policy {name!r} takes no argument, got {name}:{argument}")

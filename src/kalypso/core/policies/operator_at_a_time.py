@@ -1,0 +1,34 @@
+"""``operator-at-a-time``: the baseline of today's systems (Lotus, Palimpzest, DocETL).
+
+Each operator is its own stage and runs over the whole table - every call submitted
+together, the engine queueing what it cannot run - and its output is materialized before
+the next operator starts. Nothing is reserved (the engine's own admission is the only
+memory control) and every call runs at its cap, so no call is ever continued. The
+prompts are the same as under every other policy, and vLLM's prefix cache is on: what
+this baseline loses is only the order.
+"""
+
+from __future__ import annotations
+
+from kalypso.core.policies.base import Policy, no_argument, register_policy
+
+
+class OperatorAtATime(Policy):
+    name = "operator-at-a-time"
+    memory_aware = False
+    bounded_outputs = False
+    operator_at_a_time = True
+
+    def priority(self, stage: int, num_stages: int) -> int:
+        return 0
+
+    def pins(self, stage: int, num_stages: int, explicit_pinning: bool) -> bool:
+        return False
+
+
+def _factory(argument: str | None) -> Policy:
+    no_argument("operator-at-a-time", argument)
+    return OperatorAtATime()
+
+
+register_policy("operator-at-a-time", _factory)

@@ -1,0 +1,325 @@
+"""The async runner: drives a :class:`~kalypso.core.scheduler.SchedulerCore` against an
+engine, one pipeline at a time.
+
+::
+
+    start programs -> core.schedule() --admitted--> task coroutines (TaskGroup)
+         ^                                             | engine.generate / Python steps
+         '---- core.update_from_output(outcomes) <-----'  (outcomes through a queue)
+
+Each admitted task runs its program (:mod:`kalypso.core.program`) to the end of its
+stage: LLM calls go to the engine with the bound, priority and pin key the core chose;
+Python steps run inline, or in a thread when marked blocking. A call that stops at its
+output bound ends the task's turn with a ``Grow``; the core re-admits it with a larger
+reservation and the next request *continues* the call (its prompt plus the tokens
+generated so far).
+
+Nothing outlives a failed or cancelled run: on any exception (an engine error, a timeout,
+a Python step that raised, cancellation of the caller) every running task is cancelled
+(which aborts its request in the engine), every block the run holds in the ledger is
+released and its pins are unpinned, and the error is raised as
+:class:`~kalypso.core.errors.TaskFailed` (or the cancellation propagates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kalypso.core.bounds import BoundPolicy
+from kalypso.core.errors import TaskFailed
+from kalypso.core.graph import LLMNode, Stage
+from kalypso.core.ideal_cache import IdealPrefixCache
+from kalypso.core.instance import CallOutcome, Instance
+from kalypso.core.ledger import KVLedger
+from kalypso.core.options import RunOptions
+from kalypso.core.program import CallStep, FnStep, ProgramContext, StageProgram, TaskProgram
+from kalypso.core.prompt import ChatLayout, Prompt
+from kalypso.core.report import PipelineReport, StageView
+from kalypso.core.scheduler import CoreSettings, Grow, SchedulerCore, Task, TaskOutcome
+from kalypso.core.stats import OperatorStats
+from kalypso.engine.protocol import Engine, GenerateRequest, GenerateResult
+
+logger = logging.getLogger(__name__)
+
+OnUpdate = Callable[[list[StageView]], None]
+
+
+@dataclass
+class RunState:
+    """What one run (a query or a workflow batch) shares across its pipelines."""
+
+    engine: Engine
+    layout: ChatLayout
+    ledger: KVLedger
+    options: RunOptions
+    owner: str
+    bounds: BoundPolicy
+    stats: dict[str, OperatorStats]
+    ideal_cache: IdealPrefixCache
+    decisions: list[tuple[str, tuple[int, ...], str, float]] = field(default_factory=list)
+    """``(op_id, instance key, choice, margin)`` of every constrained decision."""
+
+    @classmethod
+    def create(
+        cls,
+        engine: Engine,
+        options: RunOptions,
+        owner: str,
+        ledger: KVLedger | None,
+        bounds: BoundPolicy,
+        layout: ChatLayout | None = None,
+    ) -> RunState:
+        return cls(
+            engine=engine,
+            layout=layout or ChatLayout(engine.tokenizer),
+            ledger=ledger or KVLedger(engine.capacity.num_blocks),
+            options=options,
+            owner=owner,
+            bounds=bounds,
+            stats={},
+            ideal_cache=IdealPrefixCache(engine.capacity.block_size_tokens),
+        )
+
+    def stats_for(self, op_id: str) -> OperatorStats:
+        return self.stats.setdefault(op_id, OperatorStats(op_id))
+
+    def program_context(self) -> ProgramContext:
+        return ProgramContext(self.layout, self.engine.capacity.block_size_tokens, self.stats_for)
+
+
+def decision_token_ids(node: LLMNode, layout: ChatLayout) -> dict[int, str]:
+    """The allowed first token of each of a decision's choices (they must differ)."""
+    assert node.decision is not None
+    by_token: dict[int, str] = {}
+    for choice in node.decision.choices:
+        ids = layout.text_ids(choice)
+        if not ids or ids[0] in by_token:
+            other = by_token.get(ids[0]) if ids else None
+            raise ValueError(
+                f"[{node.op_id}] choices {other!r} and {choice!r} start with the same token;"
+                " one-token decisions need choices that differ in their first token"
+            )
+        by_token[ids[0]] = choice
+    return by_token
+
+
+def read_decision(node: LLMNode, layout: ChatLayout, result: GenerateResult) -> tuple[str, float]:
+    """The choice a constrained call made, and its margin (log p(chosen) minus the best
+    other choice's; +inf when the engine reported no other candidate)."""
+    by_token = decision_token_ids(node, layout)
+    if not result.output_token_ids or result.output_token_ids[0] not in by_token:
+        raise RuntimeError(
+            f"[{node.op_id}] the engine ignored the decision's allowed tokens"
+            f" (generated {result.output_token_ids[:4]})"
+        )
+    chosen = result.output_token_ids[0]
+    if not result.logprobs:
+        return by_token[chosen], math.inf
+    position = dict(result.logprobs[0])
+    mine = position.get(chosen)
+    others = [lp for token, lp in position.items() if token != chosen and token in by_token]
+    if mine is None or not others:
+        return by_token[chosen], math.inf
+    return by_token[chosen], mine - max(others)
+
+
+class PipelineRunner:
+    """Runs one pipeline (stages joined by fan-outs) on its input instances."""
+
+    def __init__(
+        self,
+        state: RunState,
+        stages: Sequence[Stage],
+        on_update: OnUpdate | None = None,
+    ) -> None:
+        self.state = state
+        self.stages = stages
+        self.on_update = on_update
+        options = state.options
+        policy = options.resolved_policy()
+        self.core = SchedulerCore(
+            len(stages),
+            state.ledger,
+            state.owner,
+            policy,
+            state.bounds,
+            state.engine.capacity.block_size_tokens,
+            CoreSettings(
+                alpha=options.alpha,
+                beta=options.beta,
+                max_running_tasks=options.max_tasks_in_flight,
+                explicit_pinning=options.pinning == "explicit",
+                max_continuations=options.max_continuations,
+            ),
+        )
+        self._requests = 0
+
+    @property
+    def report(self) -> PipelineReport:
+        return self.core.report
+
+    async def run(self, programs: Sequence[TaskProgram]) -> list[Instance]:
+        """Run the pipeline; returns its output instances ordered by key.
+
+        Raises:
+            TaskFailed: a task failed (everything the run held is released first).
+        """
+        core = self.core
+        core.start(programs)
+        done: asyncio.Queue[TaskOutcome] = asyncio.Queue()
+        try:
+            async with asyncio.TaskGroup() as group:
+                while core.has_work:
+                    out = core.schedule()
+                    await self._unpin(out.unpin)
+                    for task in out.admitted:
+                        group.create_task(self._run_task(task, done))
+                    if not core.running:
+                        # other runs hold the ledger: wait until one releases
+                        await self.state.ledger.wait_for_release(timeout_s=1.0)
+                        continue
+                    outcomes = await self._next_outcomes(done)
+                    if outcomes:
+                        core.update_from_output(outcomes)
+                        if self.on_update is not None:
+                            self.on_update(core.views())
+        except BaseExceptionGroup as group_error:
+            raise _first_error(group_error) from None
+        finally:
+            if core.has_work or core.running:
+                await self._abort()
+        await self._unpin(core.schedule().unpin if core.memory else [])
+        return core.finish()
+
+    async def _next_outcomes(self, done: asyncio.Queue[TaskOutcome]) -> list[TaskOutcome]:
+        """Wait for the next finished task, and take every other finished one with it."""
+        timeout = self.state.options.deadlock_check_s if self.core.pinning else None
+        try:
+            async with asyncio.timeout(timeout):
+                first = await done.get()
+        except TimeoutError:
+            await self._check_deadlock()
+            return []
+        outcomes = [first]
+        while not done.empty():
+            outcomes.append(done.get_nowait())
+        return outcomes
+
+    async def _check_deadlock(self) -> None:
+        """Explicit pins can hold the memory a waiting request needs while the tasks that
+        would release them wait for it: the engine then has waiting requests and none
+        running. Release every pin and continue with virtual pinning."""
+        stats = await self.state.engine.stats()
+        if stats.waiting_requests > 0 and stats.running_requests == 0:
+            logger.info("%s: pins deadlocked the engine; unpinning all", self.state.owner)
+            self.core.stop_pinning()
+            await self.state.engine.unpin_all()
+
+    async def _unpin(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            await self.state.engine.unpin(key)
+
+    async def _abort(self) -> None:
+        keys = self.core.abort()
+        for key in keys:
+            with contextlib.suppress(Exception):
+                await self.state.engine.unpin(key)
+
+    # ---- one task ------------------------------------------------------------------
+    async def _run_task(self, task: Task, done: asyncio.Queue[TaskOutcome]) -> None:
+        program = task.program
+        if not isinstance(program, StageProgram):
+            raise TypeError(f"the runner runs StageProgram tasks, got {type(program).__name__}")
+        op_id = ""
+        try:
+            while (step := program.next_step()) is not None:
+                op_id = step.node.op_id
+                if isinstance(step, FnStep):
+                    if step.node.blocking:
+                        await asyncio.to_thread(program.run_fn, step)
+                    else:
+                        program.run_fn(step)
+                    continue
+                grow = await self._call(task, step)
+                if grow is not None:
+                    done.put_nowait(TaskOutcome(task, grow))
+                    return
+        except (asyncio.CancelledError, TaskFailed):
+            raise
+        except Exception as exc:
+            raise TaskFailed(op_id or "?", task.key, exc) from exc
+        done.put_nowait(TaskOutcome(task))
+
+    async def _call(self, task: Task, step: CallStep) -> Grow | None:
+        state = self.state
+        node = step.node
+        program = task.program
+        assert isinstance(program, StageProgram) and program.instance is not None
+        instance = program.instance
+        bound = task.bounds.get(node.op_id) or state.bounds.first_bound(
+            node, step.prompt.length_tokens
+        )
+        prompt_ids = step.prompt.ids + step.generated
+        decision_ids = decision_token_ids(node, state.layout) if node.decision else None
+        self._requests += 1
+        where = ".".join(map(str, instance.key))
+        request = GenerateRequest(
+            request_id=f"{state.owner}:{node.op_id}:{where}:{self._requests}",
+            prompt_token_ids=prompt_ids,
+            max_tokens=1 if decision_ids else bound - len(step.generated),
+            priority=task.priority,
+            greedy=node.greedy,
+            temperature=node.temperature,
+            pin_key=task.pin_key,
+            allowed_token_ids=tuple(decision_ids) if decision_ids else None,
+            logprobs=len(decision_ids) if decision_ids else None,
+            timeout_s=state.options.call_timeout_s,
+        )
+        stats = state.stats_for(node.op_id)
+        expected = program.expected_cached_tokens(Prompt.from_ids(state.layout, prompt_ids))
+        least = state.ideal_cache.prefill_tokens(prompt_ids)
+        result = await state.engine.generate(request)
+        state.ideal_cache.remember(prompt_ids + result.output_token_ids)
+        instance.last_prompt = prompt_ids
+        stats.record(
+            result,
+            continuation=bool(step.generated),
+            expected_cached_tokens=expected,
+            min_prefill_tokens=least,
+        )
+        generated = step.generated + result.output_token_ids
+        if decision_ids is None and result.finish_reason == "length" and bound < node.max_tokens:
+            program.hold_partial(generated)
+            return Grow(node.op_id, bound, node.max_tokens)
+        stats.calls += 1
+        state.bounds.observe(node, step.prompt.length_tokens, len(generated))
+        if decision_ids:
+            choice, margin = read_decision(node, state.layout, result)
+            stats.decisions += 1
+            state.decisions.append((node.op_id, instance.key, choice, margin))
+            if margin < state.options.near_tie_margin:
+                stats.near_ties += 1
+            outcome = CallOutcome(
+                choice, generated, result.finish_reason, step.prompt.ids, choice, margin
+            )
+        else:
+            text = result.text if not step.generated else state.engine.tokenizer.decode(generated)
+            outcome = CallOutcome(text, generated, result.finish_reason, step.prompt.ids)
+        program.on_call_result(outcome)
+        return None
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error a TaskGroup ended with (the first task's), others logged."""
+    errors = list(group.exceptions)
+    for extra in errors[1:]:
+        logger.debug("another task failed too: %r", extra)
+    first = errors[0]
+    if isinstance(first, BaseExceptionGroup):
+        return _first_error(first)
+    return first
