@@ -29,6 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check -q src tests
 	$(BIN)/ruff format -q --check src tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Lotus, for the side-by-side benchmark, in its own venv (it pins numpy<2 and pandas<3).
 LOTUS_VENV ?= .venv-lotus

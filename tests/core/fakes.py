@@ -143,3 +143,11 @@ def run_steps(core: SchedulerCore, workload: Workload, num_inputs: int) -> StepL
         log.steps += 1
     core.finish()
     return log
+
+
+JOIN_AND_NOTE = (
+    StageSize(prompt_tokens=88, bound_tokens=8, prefix_tokens=64),
+    StageSize(prompt_tokens=104, bound_tokens=8, prefix_tokens=64, shared_tokens=64),
+)
+"""A predicate on a note (6 blocks, a 4-block prefix) and a join predicate on its pairs (3
+blocks of its own)."""

@@ -42,7 +42,7 @@ from kalypso.core.prompt import ChatLayout, Prompt
 from kalypso.core.report import PipelineReport, StageView
 from kalypso.core.scheduler import CoreSettings, Grow, SchedulerCore, Task, TaskOutcome
 from kalypso.core.stats import OperatorStats
-from kalypso.engine.protocol import Engine, GenerateRequest, GenerateResult
+from kalypso.engine.protocol import Engine, EngineTimeoutError, GenerateRequest, GenerateResult
 
 logger = logging.getLogger(__name__)
 
@@ -255,6 +255,19 @@ class PipelineRunner:
             raise TaskFailed(op_id or "?", task.key, exc) from exc
         done.put_nowait(TaskOutcome(task))
 
+    async def _generate(self, request: GenerateRequest) -> GenerateResult:
+        """``engine.generate`` with a backstop: every engine enforces ``timeout_s`` itself
+        (and aborts the request); an engine that does not is cut off a little later."""
+        if request.timeout_s is None:
+            return await self.state.engine.generate(request)
+        try:
+            async with asyncio.timeout(request.timeout_s + BACKSTOP_GRACE_S):
+                return await self.state.engine.generate(request)
+        except TimeoutError:
+            raise EngineTimeoutError(
+                f"request {request.request_id!r} did not finish in {request.timeout_s} s"
+            ) from None
+
     async def _call(self, task: Task, step: CallStep) -> Grow | None:
         state = self.state
         node = step.node
@@ -283,7 +296,7 @@ class PipelineRunner:
         stats = state.stats_for(node.op_id)
         expected = program.expected_cached_tokens(Prompt.from_ids(state.layout, prompt_ids))
         least = state.ideal_cache.prefill_tokens(prompt_ids)
-        result = await state.engine.generate(request)
+        result = await self._generate(request)
         state.ideal_cache.remember(prompt_ids + result.output_token_ids)
         instance.last_prompt = prompt_ids
         stats.record(
@@ -312,6 +325,10 @@ class PipelineRunner:
             outcome = CallOutcome(text, generated, result.finish_reason, step.prompt.ids)
         program.on_call_result(outcome)
         return None
+
+
+BACKSTOP_GRACE_S = 5.0
+"""How long past a call's timeout the runner waits for an engine that does not enforce it."""
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

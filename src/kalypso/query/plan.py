@@ -343,6 +343,14 @@ class Table:
             state.stats_for(planned.op_id)
         instances = input_instances(self._source.to_dict("records"))
         started = time.monotonic()
+        logger.info(
+            "query %s: %d rows, %d operators, policy %s, on %s",
+            owner,
+            len(instances),
+            len(self._operators),
+            policy.name,
+            engine.name,
+        )
 
         def hit_rate() -> tuple[int, int]:
             return (
@@ -359,7 +367,9 @@ class Table:
             raise
         finally:
             state.ledger.unregister(owner)
-        return self._result(done, state, physical, started)
+        result = self._result(done, state, physical, started)
+        logger.info("query %s done: %s", owner, result.report())
+        return result
 
     def _result(
         self, done: Execution, state: RunState, physical: PhysicalPlan, started: float
