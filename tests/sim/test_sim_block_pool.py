@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kalypso.engine.blocks import hash_block_tokens, hash_full_blocks
+from kalypso.engine.sim import block_pool
 from kalypso.engine.sim.block_pool import (
     AllBlocksCleared,
     BlockPool,
@@ -11,8 +13,6 @@ from kalypso.engine.sim.block_pool import (
     BlockStored,
     KVBlock,
     KVEvent,
-    hash_block_tokens,
-    hash_full_blocks,
 )
 
 
@@ -149,3 +149,9 @@ def test_cannot_allocate_more_than_free() -> None:
     pool, _ = make_pool(2)
     with pytest.raises(ValueError, match="only 2 are free"):
         pool.get_new_blocks(3)
+
+
+def test_block_pool_has_no_hashing_of_its_own() -> None:
+    """One implementation of block hashing (kalypso.engine.blocks) for every layer."""
+    assert not hasattr(block_pool, "hash_block_tokens")
+    assert not hasattr(block_pool, "hash_full_blocks")

@@ -15,7 +15,7 @@ from kalypso.engine.protocol import (
     RequestTimings,
 )
 from kalypso.engine.sim import BlockRemoved, BlockStored, KVEvent, SimEngine, SimOutputModel
-from kalypso.engine.sim.block_pool import hash_full_blocks
+from kalypso.engine.blocks import hash_full_blocks
 from tests.sim.factories import make_engine, make_request, run
 
 

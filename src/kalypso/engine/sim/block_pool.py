@@ -2,7 +2,8 @@
 free queue, and pins. It mirrors vLLM v1's ``BlockPool`` (``vllm/v1/core/block_pool.py``).
 
 * A *full* block of tokens is identified by the hash of (parent block hash, its tokens),
-  so a block hash stands for the whole prefix up to the end of that block.
+  so a block hash stands for the whole prefix up to the end of that block
+  (:func:`kalypso.engine.blocks.hash_full_blocks`).
 * A block is referenced by every running request that uses it (``ref_count``). A block
   with no reference sits in the *free queue*, which is also the eviction order: blocks
   are allocated from its head and a cached block taken from there loses its hash then
@@ -17,31 +18,12 @@ The pool has no null block: all ``num_blocks`` blocks are usable.
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
-BlockHash: TypeAlias = bytes
-"""A 16-byte blake2b digest standing for a full block and every token before it."""
-
-
-def hash_block_tokens(parent_hash: BlockHash | None, block_token_ids: Sequence[int]) -> BlockHash:
-    """The hash of one full block, chained on its parent's (None for the first block)."""
-    payload = repr((parent_hash, tuple(block_token_ids))).encode()
-    return hashlib.blake2b(payload, digest_size=16).digest()
-
-
-def hash_full_blocks(
-    token_ids: Sequence[int], block_size_tokens: int, parent_hash: BlockHash | None = None
-) -> list[BlockHash]:
-    """Chained hashes of every full block of ``token_ids`` (a partial tail is not hashed)."""
-    hashes: list[BlockHash] = []
-    for start in range(0, len(token_ids) - block_size_tokens + 1, block_size_tokens):
-        parent_hash = hash_block_tokens(parent_hash, token_ids[start : start + block_size_tokens])
-        hashes.append(parent_hash)
-    return hashes
+from kalypso.engine.blocks import BlockHash
 
 
 @dataclass(frozen=True)

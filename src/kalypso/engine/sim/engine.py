@@ -13,7 +13,14 @@ queues a request and awaits its result; a step loop (an asyncio task started by 
 
 When there is nothing to do the loop waits on an event. The engine never sleeps on wall
 time: a step costs only the Python work to simulate it. All times it reports (request
-timings, :attr:`SimEngine.now_s`) are virtual seconds since the engine was created.
+timings, :attr:`SimEngine.now_s`, the per-phase totals of :meth:`SimEngine.stats`) are
+virtual seconds since the engine was created.
+
+Timeouts are the exception: ``GenerateRequest.timeout_s`` (else the engine's
+``default_timeout_s``) counts *wall-clock* seconds, because the virtual clock stands still
+while nothing can run (a request pins keep out, a stalled step loop), which is exactly when
+a timeout must fire. A request that times out is aborted in the scheduler (its blocks are
+freed, unpinned) and its caller gets :class:`EngineTimeoutError`.
 """
 
 from __future__ import annotations
@@ -21,11 +28,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 
+from kalypso.engine.blocks import blocks_for
 from kalypso.engine.protocol import (
     EngineCapacity,
     EngineError,
     EngineStats,
+    EngineTimeoutError,
     GenerateRequest,
     GenerateResult,
     RequestTimings,
@@ -39,6 +49,11 @@ from kalypso.engine.sim.outputs import SimOutputModel
 from kalypso.engine.sim.request import SimRequest
 from kalypso.engine.sim.scheduler import Scheduler, SchedulerConfig
 from kalypso.engine.sim.tokenizer import WordTokenizer
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 600.0
+"""Wall-clock seconds a request may wait for its result when it sets no ``timeout_s``."""
 
 
 class SimEngine:
@@ -60,6 +75,8 @@ class SimEngine:
         on_kv_event: called with every KV cache event (``BlockStored``,
             ``BlockRemoved``, ``AllBlocksCleared``) as it happens.
         yields_per_step: event-loop turns given to callers before each step.
+        default_timeout_s: wall-clock seconds a request may take when it sets no
+            ``timeout_s`` (see the module docstring).
 
     Attributes:
         block_pool: the KV block pool, for inspection (hashes, free queue, pins).
@@ -86,7 +103,10 @@ class SimEngine:
         tokenizer: Tokenizer | None = None,
         on_kv_event: KVEventSink | None = None,
         yields_per_step: int = 8,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
+        if not default_timeout_s > 0:
+            raise ValueError(f"default_timeout_s must be > 0, got {default_timeout_s}")
         self._profile = get_profile(profile) if isinstance(profile, str) else profile
         default = self._profile.capacity
         num_blocks = default.num_blocks if num_blocks is None else num_blocks
@@ -103,6 +123,9 @@ class SimEngine:
             SchedulerConfig(max_num_seqs, max_num_batched_tokens, fail_when_pinned_out),
         )
         self._yields_per_step = yields_per_step
+        self._default_timeout_s = default_timeout_s
+        self._prefill_time_s = 0.0
+        self._decode_time_s = 0.0
         self._futures: dict[str, asyncio.Future[GenerateResult]] = {}
         self._arrivals = itertools.count()
         self._now_s = 0.0
@@ -151,6 +174,8 @@ class SimEngine:
 
         Raises:
             PromptTooLongError: prompt + ``max_tokens`` exceeds the context.
+            EngineTimeoutError: no result within ``timeout_s`` wall-clock seconds (or the
+                engine default); the request was aborted in the scheduler.
             EngineError: the request could never fit the KV pool, its id is already in
                 flight, or the engine is (or gets) closed.
         """
@@ -158,7 +183,9 @@ class SimEngine:
             raise EngineError(f"request {request.request_id!r}: {self._closed_reason}")
         check_fits_context(request, self._capacity)
         prompt_len = len(request.prompt_token_ids)
-        needed_blocks = self._capacity.blocks_for(prompt_len + request.max_tokens - 1)
+        needed_blocks = blocks_for(
+            prompt_len + request.max_tokens - 1, self._capacity.block_size_tokens
+        )
         if needed_blocks > self._capacity.num_blocks:
             raise EngineError(
                 f"request {request.request_id!r}: a prompt of {prompt_len} tokens plus"
@@ -174,6 +201,8 @@ class SimEngine:
             tokenizer=self._tokenizer,
             ignore_eos=request.ignore_eos,
             stop=request.stop,
+            allowed_token_ids=request.allowed_token_ids,
+            logprobs=request.logprobs,
         )
         future: asyncio.Future[GenerateResult] = asyncio.get_running_loop().create_future()
         self._futures[request.request_id] = future
@@ -187,21 +216,46 @@ class SimEngine:
             )
         )
         self._wake_loop()
+        timeout_s = request.timeout_s or self._default_timeout_s
+        logger.debug(
+            "request %r queued: %d prompt tokens, max_tokens=%d, priority %d",
+            request.request_id,
+            prompt_len,
+            request.max_tokens,
+            request.priority,
+        )
         try:
-            return await future
+            async with asyncio.timeout(timeout_s):
+                return await future
+        except TimeoutError:
+            self._abort(request.request_id, future)
+            logger.debug("request %r timed out after %.3f s", request.request_id, timeout_s)
+            raise EngineTimeoutError(
+                f"request {request.request_id!r} did not finish within {timeout_s} s"
+                " (wall clock); it was aborted in the simulated engine"
+            ) from None
         except asyncio.CancelledError:
-            if self._futures.get(request.request_id) is future:
-                del self._futures[request.request_id]
-                self._scheduler.abort(request.request_id)
+            self._abort(request.request_id, future)
             raise
 
+    def _abort(self, request_id: str, future: asyncio.Future[GenerateResult]) -> None:
+        """Forget a request its caller gave up on; its blocks are freed, unpinned."""
+        if self._futures.get(request_id) is future:
+            del self._futures[request_id]
+            self._scheduler.abort(request_id)
+
     async def stats(self) -> EngineStats:
+        """Scheduler and cache counters; ``prefill_time_s`` and ``decode_time_s`` are sums
+        over finished requests of their virtual prefill (first scheduled to first token)
+        and decode (first token to finish) times, as vLLM's histograms sum them."""
         return EngineStats(
             running_requests=len(self._scheduler.running),
             waiting_requests=self._scheduler.num_waiting,
             prefix_cache_queries_tokens=self._scheduler.prefix_cache_queries_tokens,
             prefix_cache_hits_tokens=self._scheduler.prefix_cache_hits_tokens,
             kv_usage_fraction=self.block_pool.num_used_blocks / self.block_pool.num_blocks,
+            prefill_time_s=self._prefill_time_s,
+            decode_time_s=self._decode_time_s,
         )
 
     async def reset_prefix_cache(self) -> None:
@@ -224,6 +278,7 @@ class SimEngine:
         if self._closed_reason is not None:
             return
         self._closed_reason = "the simulated engine is closed"
+        logger.info("%s closed at virtual %.3f s", self.name, self._now_s)
         await self._stop_loop()
         self._fail_pending(self._closed_reason)
 
@@ -255,6 +310,7 @@ class SimEngine:
                     await asyncio.sleep(0)
                 self._step()
         except Exception as exc:  # a bug in the simulator: no caller may hang on it
+            logger.exception("the simulated engine's step loop failed")
             self._closed_reason = f"the simulated engine failed: {exc!r}"
             self._fail_pending(self._closed_reason)
 
@@ -267,9 +323,12 @@ class SimEngine:
         self._now_s += self._profile.step_time_s(plan.prefill_tokens, plan.decode_seqs)
         self.num_steps += 1
         for request in self._scheduler.finish_step(plan, self._now_s):
+            result = self._result(request)
+            self._prefill_time_s += result.timings.prefill_s
+            self._decode_time_s += result.timings.decode_s
             future = self._futures.pop(request.request_id)
             if not future.done():
-                future.set_result(self._result(request))
+                future.set_result(result)
 
     def _result(self, request: SimRequest) -> GenerateResult:
         assert request.first_scheduled_s is not None and request.first_token_s is not None
@@ -288,6 +347,7 @@ class SimEngine:
                 total_s=request.finished_s - request.arrival_s,
                 scheduled_at_s=request.first_scheduled_s,
             ),
+            logprobs=completion.logprobs,
         )
 
     def _set_exception(self, request_id: str, error: EngineError) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kalypso.engine.blocks import blocks_for, cache_hit_tokens
 from kalypso.engine.sim.block_pool import BlockPool, KVBlock
 from kalypso.engine.sim.request import SimRequest
 
@@ -42,8 +43,11 @@ class KVCacheManager:
 
     def get_computed_blocks(self, request: SimRequest) -> PrefixHit:
         """The longest run of leading full blocks already cached, capped so that at least
-        the last token is computed: at most ``(num_tokens - 1) // block_size`` blocks."""
-        max_blocks = (request.num_tokens - 1) // self.block_size_tokens
+        the last token is computed (:func:`kalypso.engine.blocks.cache_hit_tokens`)."""
+        max_tokens = cache_hit_tokens(
+            request.num_tokens, request.num_tokens, self.block_size_tokens
+        )
+        max_blocks = max_tokens // self.block_size_tokens
         hit: list[KVBlock] = []
         for block_hash in request.block_hashes[:max_blocks]:
             block = self.pool.get_cached_block(block_hash)
@@ -66,7 +70,7 @@ class KVCacheManager:
         hit_blocks = hit.blocks if hit is not None else ()
         held = self._blocks.setdefault(request.request_id, [])
         num_computed = request.num_computed_tokens + len(hit_blocks) * self.block_size_tokens
-        num_required = -(-(num_computed + num_new_tokens) // self.block_size_tokens)
+        num_required = blocks_for(num_computed + num_new_tokens, self.block_size_tokens)
         num_new_blocks = max(num_required - len(held) - len(hit_blocks), 0)
         num_free_hits = sum(1 for block in hit_blocks if block.ref_count == 0)
         if num_new_blocks + num_free_hits > self.pool.num_free_blocks:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kalypso.engine.blocks import BlockHash, hash_block_tokens, hash_full_blocks
 from kalypso.engine.protocol import GenerateRequest
-from kalypso.engine.sim.block_pool import BlockHash, hash_block_tokens, hash_full_blocks
 from kalypso.engine.sim.outputs import SimCompletion
 
 

@@ -7,6 +7,12 @@ of the piece, so the same text gets the same ids in every process and every inst
 
 Two different pieces may in principle share an id (a 31-bit hash: about one collision
 expected per 65,000 distinct pieces); decoding then returns the piece seen first.
+
+The tokenizer has no control tokens besides end-of-sequence (id 2, never produced by
+:meth:`WordTokenizer.encode`): :meth:`WordTokenizer.encode_control` is the same as
+``encode``, and the chat markers :meth:`WordTokenizer.render_chat` writes are ordinary
+pieces. Data can therefore spell the markers, which matters nowhere since no model reads
+them; on a real model :class:`kalypso.engine.hf_tokenizer.HFTokenizer` keeps them apart.
 """
 
 from __future__ import annotations
@@ -52,6 +58,19 @@ class WordTokenizer:
             self._pieces_by_id.setdefault(token_id, piece)
             ids.append(token_id)
         return ids
+
+    def encode_control(self, text: str) -> list[int]:
+        """The same as :meth:`encode` (this tokenizer has no control tokens to recognise)."""
+        return self.encode(text)
+
+    def render_chat(
+        self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool
+    ) -> str:
+        """A ChatML-like rendering: ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per
+        message, then ``<|im_start|>assistant\\n`` when ``add_generation_prompt``. Every
+        role is kept as given (the system role included)."""
+        text = "".join(f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return "".join(
