@@ -37,7 +37,6 @@ class InstantEngine:
     def __init__(self, num_blocks: int = 100_000, block_size_tokens: int = 16) -> None:
         self._capacity = EngineCapacity(num_blocks, block_size_tokens, 8192)
         self._tokenizer = WordTokenizer()
-        self._yes = tuple(self._tokenizer.encode("Yes"))
         self._answer = tuple(self._tokenizer.encode("a short answer"))
         self.requests = 0
 
@@ -60,16 +59,23 @@ class InstantEngine:
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         self.requests += 1
         await asyncio.sleep(0)
-        output = self._yes if request.max_tokens <= 8 else self._answer
-        text = "Yes" if output is self._yes else "a short answer"
+        logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+        if request.allowed_token_ids:  # a decision: the first choice, by a wide margin
+            output = request.allowed_token_ids[:1]
+            logprobs = (
+                tuple((t, -0.1 - 2.0 * i) for i, t in enumerate(request.allowed_token_ids)),
+            )
+        else:
+            output = self._answer
         return GenerateResult(
             request.request_id,
             output,
-            text,
+            self._tokenizer.decode(output),
             "stop",
             len(request.prompt_token_ids),
             0,
             RequestTimings(0.0, 0.0, 0.0),
+            logprobs,
         )
 
     async def stats(self) -> EngineStats:

@@ -213,8 +213,8 @@ def fig12_budgets(records: list[Record], path: Path, written: list[Path]) -> Non
         times = [points[b]["time_s"] for b in budgets]
         axes.plot(budgets, times, marker="o", color=f"C{index}", label=f"fixed budget, {workload}")
         for budget, seconds in zip(budgets, times, strict=True):
-            retries = points[budget]["retries"]
-            axes.annotate(f"{retries} retries", (budget, seconds), fontsize=7)
+            continued = points[budget].get("continuations", points[budget].get("retries", 0))
+            axes.annotate(f"{continued} continued", (budget, seconds), fontsize=7)
         estimated = _value(main, workload, ADAPTIVE, "time_s")
         if estimated is not None:
             axes.axhline(

@@ -25,7 +25,7 @@ COLUMNS = (
     "min prefill",
     "prefill/min",
     "lost",
-    "retries",
+    "continued",
     "rows agree",
     "cells agree",
 )
@@ -44,7 +44,7 @@ def _row(record: dict[str, Any], base_time_s: float | None) -> list[str]:
         "-" if external else f"{minimum:,}",
         "-" if external or not minimum else f"{record['prefill_tokens'] / minimum:.2f}",
         "-" if external else str(record["lost_prefixes"]),
-        "-" if external else str(record["retries"]),
+        "-" if external else str(record.get("continuations", record.get("retries", 0))),
         "-" if external else ("yes" if record["rows_agree"] else "no"),
         "-" if external else f"{record['cells_agree']:.3f}",
     ]

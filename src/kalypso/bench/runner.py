@@ -4,7 +4,7 @@ Each system runs the same plan on the same engine after a prefix-cache reset. Ti
 engine's clock: wall time on vLLM, virtual time on the simulator. Records are written as
 a JSON list with the fields other tools read (``workload``, ``system``, ``scale``,
 ``engine``, ``kv_cache_tokens``, ``time_s``, ``llm_calls``, ``prompt_tokens``,
-``cached_tokens``, ``prefill_tokens``, ``min_prefill_tokens``, ``retries``,
+``cached_tokens``, ``prefill_tokens``, ``min_prefill_tokens``, ``continuations``,
 ``outputs_agree``, ...). ``outputs_agree`` compares each system's output table with
 operator-at-a-time's (the first system when that one is not run); ``rows_agree`` compares
 only the rows kept (the decisions) and ``cells_agree`` is the fraction of equal cells, for
@@ -27,7 +27,7 @@ from rich.table import Table as RichTable
 from kalypso.bench.workloads import Workload
 from kalypso.engine.protocol import Engine
 from kalypso.engine.warm_up import warm_up
-from kalypso.query.plan import QueryResult
+from kalypso.query.plan import QueryResult, compare_decisions
 
 BASELINE = "operator-at-a-time"
 
@@ -46,7 +46,9 @@ class BenchRecord:
     cached_tokens: int
     prefill_tokens: int
     min_prefill_tokens: int
-    retries: int
+    continuations: int
+    """Requests that continued a generative call stopped at its output bound."""
+    continued_tokens: int
     lost_prefixes: int
     dependent_hit_rate: float
     peak_kv_reserved_blocks: int
@@ -56,6 +58,14 @@ class BenchRecord:
     """The same rows as the reference (its input-table columns equal): the same decisions."""
     cells_agree: float
     """Fraction of output cells equal to the reference's (0 when the shapes differ)."""
+    decisions: int = 0
+    """Constrained decisions made (filters, join predicates, classifications)."""
+    decisions_differing: int = 0
+    """Decisions that differ from the reference's (or that only one of the runs made)."""
+    differing_not_near_ties: int = 0
+    """Of those, the ones that were not near-ties: 0 is the same-answers guarantee."""
+    near_ties: int = 0
+    """Decisions of this run whose margin is below the run's near-tie margin."""
 
 
 def system_options(system: str) -> dict[str, Any]:
@@ -107,6 +117,7 @@ async def run_systems(
     records = []
     for system in systems:
         result, elapsed_s = results[system]
+        differing, ties = compare_decisions(result, reference)
         records.append(
             BenchRecord(
                 workload=workload.name,
@@ -121,7 +132,8 @@ async def run_systems(
                 cached_tokens=result.cached_tokens,
                 prefill_tokens=result.prefill_tokens,
                 min_prefill_tokens=result.min_prefill_tokens,
-                retries=result.retries,
+                continuations=result.continuations,
+                continued_tokens=result.continued_tokens,
                 lost_prefixes=result.lost_prefixes,
                 dependent_hit_rate=round(result.dependent_hit_rate, 4),
                 peak_kv_reserved_blocks=result.peak_reserved_blocks,
@@ -129,6 +141,10 @@ async def run_systems(
                 outputs_agree=bool(result.frame.equals(reference.frame)),
                 rows_agree=rows_agree(result.frame, reference.frame, input_columns),
                 cells_agree=cells_agree(result.frame, reference.frame),
+                decisions=len(result.decisions),
+                decisions_differing=differing,
+                differing_not_near_ties=differing - len(ties),
+                near_ties=len(result.near_ties),
             )
         )
     return records
@@ -172,7 +188,8 @@ def external_record(
         cached_tokens=cached_tokens,
         prefill_tokens=prompt_tokens - cached_tokens,
         min_prefill_tokens=reference.min_prefill_tokens,
-        retries=0,
+        continuations=0,
+        continued_tokens=0,
         lost_prefixes=0,
         dependent_hit_rate=0.0,
         peak_kv_reserved_blocks=0,
@@ -203,7 +220,7 @@ def summary_table(records: list[BenchRecord]) -> RichTable:
         "prefill/min",
         "dep. hit rate",
         "lost",
-        "retries",
+        "continued",
         "agree",
         "rows agree",
         "cells agree",
@@ -224,7 +241,7 @@ def summary_table(records: list[BenchRecord]) -> RichTable:
             f"{ratio:.2f}",
             f"{r.dependent_hit_rate:.2f}",
             str(r.lost_prefixes),
-            str(r.retries),
+            str(r.continuations),
             str(r.outputs_agree),
             str(r.rows_agree),
             f"{r.cells_agree:.3f}",

@@ -12,31 +12,50 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kalypso.engine.blocks import hash_full_blocks
-
 
 class IdealPrefixCache:
-    """Full-block prefixes seen so far, as chained block hashes (never evicted)."""
+    """Full-block prefixes seen so far, as chained block keys (never evicted).
+
+    Keys chain Python's own tuple hash: fast, and only ever compared within one process
+    (the engines' block hashes, which must be stable across processes, are
+    :func:`kalypso.engine.blocks.hash_full_blocks`)."""
 
     def __init__(self, block_size_tokens: int) -> None:
         if block_size_tokens < 1:
             raise ValueError(f"block size must be positive, got {block_size_tokens}")
         self.block_size_tokens = block_size_tokens
-        self._blocks: set[bytes] = set()
+        self._blocks: set[int] = set()
+
+    def _keys(self, token_ids: Sequence[int], start_block: int = 0, chain: int = 0) -> list[int]:
+        block = self.block_size_tokens
+        keys = []
+        for index in range(start_block, len(token_ids) // block):
+            chain = hash((chain, tuple(token_ids[index * block : (index + 1) * block])))
+            keys.append(chain)
+        return keys
 
     def prefill_tokens(self, prompt: Sequence[int]) -> int:
         """Tokens of ``prompt`` this cache would compute; then remembers its blocks."""
-        block = self.block_size_tokens
-        reusable_blocks = (len(prompt) - 1) // block if prompt else 0
+        return self.measure(prompt)[0]
+
+    def measure(self, prompt: Sequence[int]) -> tuple[int, int]:
+        """``(prefill tokens, chain key of the prompt's last full block)`` for ``prompt``;
+        then remembers its blocks. Pass the key to :meth:`remember` with the prompt's
+        output, so the prompt is not hashed twice."""
+        reusable_blocks = (len(prompt) - 1) // self.block_size_tokens if prompt else 0
+        keys = self._keys(prompt)
         hits = 0
-        for index, block_hash in enumerate(hash_full_blocks(prompt, block)):
-            if index >= reusable_blocks or block_hash not in self._blocks:
+        for index, key in enumerate(keys):
+            if index >= reusable_blocks or key not in self._blocks:
                 break
             hits += 1
-        self.remember(prompt)
-        return len(prompt) - hits * block
+        self._blocks.update(keys)
+        return len(prompt) - hits * self.block_size_tokens, keys[-1] if keys else 0
 
-    def remember(self, token_ids: Sequence[int]) -> None:
+    def remember(self, token_ids: Sequence[int], known_tokens: int = 0, chain: int = 0) -> None:
         """Remember the full blocks of ``token_ids`` (a prompt followed by its output, which
-        vLLM caches too: a continuation finds them)."""
-        self._blocks.update(hash_full_blocks(token_ids, self.block_size_tokens))
+        vLLM caches too: a continuation finds them). When ``known_tokens`` leading tokens
+        went through :meth:`measure`, ``chain`` is the key it returned: their blocks are
+        not hashed again."""
+        known_blocks = known_tokens // self.block_size_tokens if chain else 0
+        self._blocks.update(self._keys(token_ids, known_blocks, chain if known_blocks else 0))

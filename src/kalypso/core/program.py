@@ -25,7 +25,7 @@ from kalypso.core.graph import FnNode, LLMNode, Stage, Text
 from kalypso.core.instance import CallOutcome, Instance, InstanceKey
 from kalypso.core.prompt import ChatLayout, Prompt, TokenIds
 from kalypso.core.stats import OperatorStats
-from kalypso.engine.blocks import cache_hit_tokens, common_prefix_tokens
+from kalypso.engine.blocks import cache_hit_tokens, shared_full_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -172,8 +172,9 @@ class StageProgram:
         previous = self.instance.last_prompt
         if not previous:
             return 0
-        shared = common_prefix_tokens(previous, prompt.ids)
-        return cache_hit_tokens(shared, prompt.length_tokens, self._context.block_size_tokens)
+        block = self._context.block_size_tokens
+        shared = shared_full_blocks(previous, prompt.ids, block) * block
+        return cache_hit_tokens(shared, prompt.length_tokens, block)
 
     # ---- running -----------------------------------------------------------------
     def next_step(self) -> CallStep | FnStep | None:

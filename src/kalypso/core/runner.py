@@ -295,9 +295,9 @@ class PipelineRunner:
         )
         stats = state.stats_for(node.op_id)
         expected = program.expected_cached_tokens(Prompt.from_ids(state.layout, prompt_ids))
-        least = state.ideal_cache.prefill_tokens(prompt_ids)
+        least, chain = state.ideal_cache.measure(prompt_ids)
         result = await self._generate(request)
-        state.ideal_cache.remember(prompt_ids + result.output_token_ids)
+        state.ideal_cache.remember(prompt_ids + result.output_token_ids, len(prompt_ids), chain)
         instance.last_prompt = prompt_ids
         stats.record(
             result,

@@ -34,14 +34,15 @@ def cache_hit_tokens(shared_tokens: int, prompt_tokens: int, block_size_tokens: 
     return (usable // block_size_tokens) * block_size_tokens
 
 
-def common_prefix_tokens(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    shared = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        shared += 1
-    return shared
+def shared_full_blocks(a: Sequence[int], b: Sequence[int], block_size_tokens: int) -> int:
+    """Leading full blocks two token sequences have in common (compared block by block)."""
+    limit = min(len(a), len(b)) // block_size_tokens
+    for index in range(limit):
+        start = index * block_size_tokens
+        end = start + block_size_tokens
+        if a[start:end] != b[start:end]:
+            return index
+    return limit
 
 
 def hash_block_tokens(parent_hash: BlockHash | None, block_token_ids: Sequence[int]) -> BlockHash:
