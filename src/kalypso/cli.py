@@ -3,6 +3,7 @@
 kalypso models prepare [--force]      install and convert the bundled model (idempotent)
 kalypso models path                   print the bundled model's folder
 kalypso engine serve [options]        run a vLLM server on loopback until Ctrl-C
+                                      (--admin-endpoints for prefix-cache resets)
 kalypso demo [options]                the main job (see README)
 """
 
@@ -83,12 +84,16 @@ def cmd_models_path(args: argparse.Namespace) -> int:
 
 
 def cmd_engine_serve(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from kalypso.engine.vllm_server import VLLMServer
 
-    server = VLLMServer.start(_settings(args), port=args.port)
+    settings = dataclasses.replace(_settings(args), deterministic=args.deterministic)
+    server = VLLMServer.start(settings, port=args.port, admin_endpoints=args.admin_endpoints)
+    admin = "admin endpoints ON (unauthenticated)" if args.admin_endpoints else "no admin endpoints"
     console.print(
         f"vLLM serving {server.served_model_name!r} at {server.base_url} (pid {server.pid},"
-        f" log {server.log_path}); Ctrl-C stops it"
+        f" {admin}, log {server.log_path}); Ctrl-C stops it"
     )
     stop = False
 
@@ -144,6 +149,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve = engine.add_parser("serve", help="run a vLLM server on 127.0.0.1 until Ctrl-C")
     _add_engine_options(serve, DEFAULT_KV_CACHE_BYTES)
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--admin-endpoints",
+        action="store_true",
+        help="enable vLLM's unauthenticated admin endpoints (VLLM_SERVER_DEV_MODE=1:"
+        " /reset_prefix_cache, /collective_rpc, /server_info, ...); needed for prefix-cache"
+        " resets over HTTP. Only on a trusted host",
+    )
+    serve.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="run in float32 (bf16 results depend on batch composition and cache hits)",
+    )
     serve.set_defaults(func=cmd_engine_serve)
 
     demo = sub.add_parser("demo", help="the main job: one plan, two execution policies")

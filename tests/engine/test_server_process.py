@@ -1,0 +1,178 @@
+"""Server processes: the whole process group stops even when its leader already died, the
+server dies with the Python process that started it (Linux), and vLLM's admin endpoints
+are off unless asked for."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from kalypso import cli
+from kalypso.engine.protocol import EngineError, GenerateRequest, UnsupportedFeatureError
+from kalypso.engine.vllm_server import (
+    ADMIN_ENV_VAR,
+    VLLMServer,
+    launch_process_group,
+    process_group_alive,
+    stop_process_group,
+)
+from tests.conftest import conformance_vllm_settings
+
+pytestmark = pytest.mark.timeout(600)
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def _wait_gone(pid: int, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+def test_a_launched_process_dies_with_the_python_process_that_started_it() -> None:
+    script = (
+        "import sys, time\n"
+        "from kalypso.engine.vllm_server import launch_process_group\n"
+        f"child = launch_process_group({SLEEPER!r}, stdout=None)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    child_pid = None
+    try:
+        assert parent.stdout is not None
+        child_pid = int(parent.stdout.readline())
+        assert psutil.pid_exists(child_pid)
+        parent.kill()  # SIGKILL: no cleanup code of the parent runs
+        parent.wait(timeout=30)
+        assert _wait_gone(child_pid), "the launched process outlived its parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(timeout=30)
+        if child_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child_pid, signal.SIGKILL)
+
+
+def test_a_process_launched_from_a_short_lived_thread_survives_the_thread() -> None:
+    """The parent-death signal follows the forking thread: the fork happens in a launcher
+    thread that lives as long as the process."""
+    launched: list[subprocess.Popen[bytes]] = []
+    thread = threading.Thread(
+        target=lambda: launched.append(launch_process_group(SLEEPER, stdout=None))
+    )
+    thread.start()
+    thread.join()
+    (process,) = launched
+    try:
+        time.sleep(0.5)
+        assert process.poll() is None
+    finally:
+        stop_process_group(process, timeout_s=10)
+    assert not process_group_alive(process.pid)
+
+
+def test_stop_process_group_stops_children_of_a_dead_leader() -> None:
+    leader = launch_process_group(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert leader.stdout is not None
+    child_pid = int(leader.stdout.readline())
+    try:
+        os.kill(leader.pid, signal.SIGKILL)
+        leader.wait(timeout=30)
+        assert process_group_alive(leader.pid) and psutil.pid_exists(child_pid)
+        stop_process_group(leader, timeout_s=10)
+        assert not process_group_alive(leader.pid)
+        assert _wait_gone(child_pid, 1.0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(leader.pid, signal.SIGKILL)
+
+
+def test_engine_serve_enables_admin_endpoints_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[dict[str, Any]] = []
+
+    class Started(Exception):
+        pass
+
+    def fake_start(settings: object, **kwargs: Any) -> VLLMServer:
+        calls.append({"settings": settings, **kwargs})
+        raise Started
+
+    monkeypatch.setattr(VLLMServer, "start", staticmethod(fake_start))
+    for argv in (["engine", "serve"], ["engine", "serve", "--admin-endpoints", "--deterministic"]):
+        args: argparse.Namespace = cli.build_parser().parse_args(argv)
+        with pytest.raises(Started):
+            args.func(args)
+    assert [c["admin_endpoints"] for c in calls] == [False, True]
+    assert [c["settings"].deterministic for c in calls] == [False, True]
+
+
+@pytest.mark.vllm
+async def test_server_group_stops_after_its_leader_was_killed_and_has_no_admin_endpoints(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One real server: a default server answers 404 on the admin endpoints (even when this
+    process's environment asks for them); after SIGKILL of the API server, stop() still
+    stops the engine core and everything else of the group."""
+    from kalypso.engine.vllm_http import HTTPVLLMEngine
+
+    monkeypatch.setenv(ADMIN_ENV_VAR, "1")
+    server = VLLMServer.start(conformance_vllm_settings())
+    pgid = server.pid
+    try:
+        for path in ("/collective_rpc", "/server_info", "/reset_prefix_cache"):
+            response = httpx.post(f"{server.base_url}{path}", json={"method": "noop"}, timeout=10)
+            assert response.status_code == 404, path
+        engine = await HTTPVLLMEngine.connect(server.base_url)
+        try:
+            with pytest.raises(UnsupportedFeatureError, match="--admin-endpoints"):
+                await engine.reset_prefix_cache()
+            result = await engine.generate(GenerateRequest("alive", tuple(range(100, 140)), 2))
+            assert result.output_tokens >= 1
+        finally:
+            await engine.close()
+        members = psutil.Process(pgid).children(recursive=True)
+        assert members, "the API server has no engine core process"
+        os.kill(pgid, signal.SIGKILL)
+        server.process.wait(timeout=30)
+        # vLLM's engine core outlives its API server (observed: more than 10 s), orphaned
+        assert process_group_alive(pgid)
+    finally:
+        server.stop()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+    for member in members:
+        assert _wait_gone(member.pid, 1.0), f"{member} survived stop()"
+    with pytest.raises(EngineError):
+        await HTTPVLLMEngine.connect(server.base_url)
