@@ -231,7 +231,9 @@ class Tokenizer(Protocol):
     @property
     def eos_token_id(self) -> int | None: ...
 
-    def render_chat(self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool) -> str:
+    def render_chat(
+        self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool
+    ) -> str:
         """The model's own chat template applied to ``(role, content)`` messages, as text
         (roles: "system", "user", "assistant"). A template without a system role folds
         the system message into the first user turn, as the model expects."""
