@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 
 import pytest
 
 from kalypso.engine.protocol import (
+    EngineStats,
     GenerateRequest,
     PromptTooLongError,
 )
@@ -197,3 +199,97 @@ async def test_stats_count_prefix_cache_tokens(any_engine: EngineUnderTest) -> N
     assert result.cached_tokens > 0
     assert after.prefix_cache_hits_tokens - before.prefix_cache_hits_tokens == result.cached_tokens
     assert after.running_requests == 0 and after.waiting_requests == 0
+
+
+def _yes_no_prompt(eut: EngineUnderTest, question: str) -> tuple[int, ...]:
+    """A question in the model's chat format: the template through encode_control, the
+    question through data encoding (as the prompt layout does)."""
+    tokenizer = eut.engine.tokenizer
+    marker = "QUESTION_GOES_HERE"
+    text = tokenizer.render_chat([("user", marker)], add_generation_prompt=True)
+    head, tail = text.split(marker)
+    return tuple(
+        [
+            *tokenizer.encode_control(head),
+            *tokenizer.encode(question),
+            *tokenizer.encode_control(tail),
+        ]
+    )
+
+
+async def test_constrained_decision_returns_both_candidates_renormalised(
+    any_engine: EngineUnderTest,
+) -> None:
+    """``allowed_token_ids`` with ``logprobs=2``: both candidates come back, after the
+    constraint (vLLM: ``logprobs_mode="processed_logprobs"``), so their probabilities sum
+    to 1; greedy picks the more likely one."""
+    engine = any_engine.engine
+    yes, no = engine.tokenizer.encode("Yes")[0], engine.tokenizer.encode("No")[0]
+    for i, question in enumerate(
+        ["Is the sky blue? Answer Yes or No.", "Is fire cold? Yes or no?"]
+    ):
+        request = GenerateRequest(
+            f"decide{i}",
+            _yes_no_prompt(any_engine, question),
+            1,
+            allowed_token_ids=(yes, no),
+            logprobs=2,
+        )
+        result = await engine.generate(request)
+        assert result.output_token_ids[0] in (yes, no)
+        (position,) = result.logprobs
+        assert {token for token, _ in position} == {yes, no}
+        assert position[0][0] == result.output_token_ids[0]
+        assert position[0][1] >= position[1][1]
+        # log-softmax in float32 over the two allowed ids: 1 within float rounding
+        assert math.fsum(math.exp(lp) for _, lp in position) == pytest.approx(1.0, abs=1e-4)
+
+
+async def test_unconstrained_logprobs_rank_the_greedy_token_first(
+    any_engine: EngineUnderTest,
+) -> None:
+    engine = any_engine.engine
+    prompt = tuple(_tokens(any_engine, 7, 30))
+    result = await engine.generate(GenerateRequest("lp", prompt, 3, ignore_eos=True, logprobs=3))
+    assert len(result.logprobs) == result.output_tokens == 3
+    for token, position in zip(result.output_token_ids, result.logprobs, strict=True):
+        assert 1 <= len(position) <= 3
+        logprobs = [lp for _, lp in position]
+        assert logprobs == sorted(logprobs, reverse=True)
+        assert all(lp <= 0.0 for lp in logprobs)
+        assert math.fsum(math.exp(lp) for lp in logprobs) <= 1.0 + 1e-4
+        # greedy: the generated token is the most likely (or tied with it, within 1e-5)
+        assert dict(position).get(token, -math.inf) >= logprobs[0] - 1e-5
+    plain = await engine.generate(GenerateRequest("no-lp", prompt, 3, ignore_eos=True))
+    assert plain.logprobs == ()
+
+
+async def _stats_after(engine_stats: EngineStats, any_engine: EngineUnderTest) -> EngineStats:
+    """Stats once a finished request shows in the per-phase totals (vLLM publishes them
+    after its engine steps)."""
+    for _ in range(500):
+        after = await any_engine.engine.stats()
+        if after.prefill_time_s > engine_stats.prefill_time_s:
+            return after
+        await asyncio.sleep(0.02)
+    return after
+
+
+async def test_per_phase_time_and_request_timings(any_engine: EngineUnderTest) -> None:
+    engine = any_engine.engine
+    before = await engine.stats()
+    prompt = tuple(_tokens(any_engine, 8, 3 * engine.capacity.block_size_tokens))
+    result = await engine.generate(GenerateRequest("phases", prompt, 8, ignore_eos=True))
+    after = await _stats_after(before, any_engine)
+    assert after.prefill_time_s > before.prefill_time_s
+    assert after.decode_time_s > before.decode_time_s
+    timings = result.timings
+    assert 0.0 <= timings.queued_s <= timings.first_token_s <= timings.total_s
+    if any_engine.kind == "vllm-http":
+        return  # the completions API reports no per-request timings
+    assert timings.first_token_s > 0.0 and timings.prefill_s > 0.0 and timings.decode_s > 0.0
+    # the engine's prefill total grew by this request's prefill (the only one in flight);
+    # both come from the same engine timestamps
+    assert after.prefill_time_s - before.prefill_time_s == pytest.approx(
+        timings.prefill_s, abs=0.01
+    )

@@ -19,6 +19,7 @@ import pytest
 from kalypso.engine.protocol import (
     EngineError,
     EngineStats,
+    EngineTimeoutError,
     GenerateRequest,
     UnsupportedFeatureError,
 )
@@ -57,10 +58,10 @@ async def engine(request: pytest.FixtureRequest) -> AsyncIterator[PinningEngine]
             await local.close()
         return
     try:
-        server = VLLMServer.start(settings)
+        server = VLLMServer.start(settings, admin_endpoints=True)
     except EngineError:
         await asyncio.sleep(START_RETRY_DELAY_S)
-        server = VLLMServer.start(settings)
+        server = VLLMServer.start(settings, admin_endpoints=True)
     try:
         http = await HTTPVLLMEngine.connect(server.base_url, pinning=True)
         try:
@@ -254,6 +255,53 @@ async def test_cache_full_of_pins_shows_waiting_without_running_until_unpin_all(
         if not task.done():
             await engine.unpin_all()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_request_held_waiting_by_pins_times_out_and_the_engine_serves_on(
+    clean: PinningEngine,
+) -> None:
+    """A hung request (it can never be admitted beside the pins) fails with
+    EngineTimeoutError, is aborted in vLLM (no longer waiting), and the engine serves the
+    next request."""
+    engine = clean
+    block = engine.capacity.block_size_tokens
+    for i in range(3):  # 12 of the 15 usable blocks pinned
+        prompt = tuple([*_tokens(engine, 170 + i, 4 * block), *_tokens(engine, 180 + i, 8)])
+        await engine.generate(GenerateRequest(f"pinned{i}", prompt, 2, pin_key=f"t{i}"))
+    big = tuple(_tokens(engine, 190, 7 * block))  # needs 8 blocks: cannot be admitted
+    with pytest.raises(EngineTimeoutError, match="'big'"):
+        await engine.generate(GenerateRequest("big", big, 2, timeout_s=2.0))
+    gone, _ = await _wait_stats(
+        engine, lambda s: s.waiting_requests == 0 and s.running_requests == 0, timeout_s=30.0
+    )
+    assert (gone.waiting_requests, gone.running_requests) == (0, 0), gone
+    await engine.unpin_all()
+    result = await engine.generate(GenerateRequest("big-again", big, 2))
+    assert result.finish_reason in ("stop", "length")
+
+
+async def test_running_request_that_times_out_frees_its_blocks_and_pins_nothing(
+    clean: PinningEngine,
+) -> None:
+    """A long decode cut by its timeout: the engine stops running it, frees its blocks and,
+    as on the simulator, does not pin a request its caller saw fail."""
+    engine = clean
+    prompt = tuple(_tokens(engine, 200, 64))
+    # 1,500 tokens take CPU vLLM tens of seconds; the timeout cuts it after its first ones
+    request = GenerateRequest(
+        "long", prompt, 1500, ignore_eos=True, timeout_s=3.0, pin_key="timed-out"
+    )
+    with pytest.raises(EngineTimeoutError, match="'long'"):
+        await engine.generate(request)
+    idle, _ = await _wait_stats(
+        engine,
+        lambda s: s.running_requests == 0 and s.waiting_requests == 0 and s.kv_usage_fraction == 0,
+        timeout_s=30.0,
+    )
+    assert (idle.running_requests, idle.waiting_requests) == (0, 0), idle
+    assert idle.kv_usage_fraction == 0, "the timed-out request's blocks stayed held (pinned?)"
+    result = await engine.generate(GenerateRequest("after", prompt, 2))
+    assert result.finish_reason in ("stop", "length")
 
 
 async def test_http_client_without_pinning_rejects_pin_keys(engine: PinningEngine) -> None:

@@ -137,7 +137,7 @@ def test_logprobs_reach_the_result_through_the_engine() -> None:
 
     result, allowed = run(scenario())
     assert result.output_token_ids[0] in allowed
-    assert [t for t, _ in result.logprobs[0]][0] == result.output_token_ids[0]
+    assert next(t for t, _ in result.logprobs[0]) == result.output_token_ids[0]
     assert {t for t, _ in result.logprobs[0]} == set(allowed)
 
 

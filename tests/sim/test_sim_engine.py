@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from kalypso.engine.blocks import hash_full_blocks
 from kalypso.engine.protocol import (
     Engine,
     EngineError,
@@ -15,7 +16,6 @@ from kalypso.engine.protocol import (
     RequestTimings,
 )
 from kalypso.engine.sim import BlockRemoved, BlockStored, KVEvent, SimEngine, SimOutputModel
-from kalypso.engine.blocks import hash_full_blocks
 from tests.sim.factories import make_engine, make_request, run
 
 

@@ -3,27 +3,53 @@
 * requests: ``POST /v1/completions`` with the prompt as token ids, ``priority`` and
   ``return_token_ids``; cached tokens come from ``usage.prompt_tokens_details`` (the
   server must run with ``--enable-prompt-tokens-details``; ``kalypso engine serve`` does);
+* constrained decoding and logprobs: ``allowed_token_ids``, ``logprobs: N`` and
+  ``return_tokens_as_token_ids: true``, so ``choices[0].logprobs.top_logprobs`` is one
+  ``{"token_id:<id>": logprob}`` per generated position. The server must run with
+  ``--logprobs-mode processed_logprobs`` (``VLLMServer`` passes it) for logprobs under
+  ``allowed_token_ids`` to be renormalised over the allowed ids;
 * capacity: the ``vllm:cache_config_info`` gauge of ``/metrics`` (``num_gpu_blocks``,
   ``block_size``) and ``max_model_len`` from ``/v1/models``;
-* live stats: the ``/metrics`` counters and gauges;
-* tokenizer: the model's own, loaded locally when the server's model folder is on this
-  machine, else the server's ``/tokenize`` and ``/detokenize`` endpoints;
+* live stats: the ``/metrics`` counters and gauges; per-phase time from the sums of the
+  ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds``
+  histograms;
+* tokenizer: always local. vLLM's ``/tokenize`` cannot split special tokens (it has no
+  ``split_special_tokens`` option in vLLM 0.32), so data could forge control tokens
+  through it. :meth:`HTTPVLLMEngine.connect` loads the model's tokenizer from the
+  server's model folder when that folder is on this machine, or from an explicit
+  ``tokenizer=`` path (or takes a :class:`~kalypso.engine.protocol.Tokenizer`), and
+  fails with :class:`EngineError` otherwise;
+* transient failures: connection errors (nothing was sent) and HTTP 429/502/503/504 are
+  retried with exponential backoff by ``httpx-retries`` (:data:`DEFAULT_RETRY`: at most 3
+  retries, sleeps capped); then the call fails with :class:`EngineError` naming the URL;
+* timeouts: each call runs under ``asyncio.timeout`` (the request's ``timeout_s``, else
+  the engine's ``default_timeout_s``), retries included. On expiry the HTTP request is
+  cancelled, which closes its connection; vLLM's server notices the disconnect and aborts
+  the request in its engine. :class:`EngineTimeoutError` is raised;
 * explicit pinning, when the server runs Kalypso's pinning scheduler
   (``--scheduler-cls kalypso.engine.vllm_pinning.PinningScheduler``, which
   ``VLLMServer.start(VLLMSettings(scheduler_cls=PINNING_SCHEDULER_CLS))`` passes) and the
   client says so (``connect(url, pinning=True)``, checked at connect): the pin key and the
   control requests of :meth:`HTTPVLLMEngine.unpin` and :meth:`HTTPVLLMEngine.unpin_all`
-  travel in the completions body's ``vllm_xargs``.
+  travel in the completions body's ``vllm_xargs``. Each completion carries a
+  ``request_id`` (the server names it ``cmpl-<id>-0``), so a timed-out pinned request can
+  be cancelled in the scheduler (``kalypso_cancel``) and pins nothing;
+* prefix-cache reset needs the server's admin endpoints (``VLLM_SERVER_DEV_MODE=1``:
+  ``kalypso engine serve --admin-endpoints``, ``VLLMServer.start(...,
+  admin_endpoints=True)``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Sequence
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+from httpx_retries import Retry, RetryTransport
 from prometheus_client.parser import text_string_to_metric_families
 
 from kalypso.engine.hf_tokenizer import load_hf_tokenizer
@@ -31,6 +57,7 @@ from kalypso.engine.protocol import (
     EngineCapacity,
     EngineError,
     EngineStats,
+    EngineTimeoutError,
     GenerateRequest,
     GenerateResult,
     RequestTimings,
@@ -40,6 +67,7 @@ from kalypso.engine.protocol import (
     check_fits_context,
 )
 from kalypso.engine.vllm_pinning import (
+    CANCEL_ARG,
     PIN_ARG,
     PING_ARG,
     PINNING_SCHEDULER_CLS,
@@ -47,31 +75,31 @@ from kalypso.engine.vllm_pinning import (
     UNPIN_ARG,
     parse_control_stop_reason,
 )
+from kalypso.engine.vllm_settings import DEFAULT_TIMEOUT_S
 
+logger = logging.getLogger(__name__)
 
-class _ServerTokenizer:
-    """Tokenizes with the server's ``/tokenize`` and ``/detokenize`` (synchronous HTTP)."""
+RETRY_STATUS_CODES = (429, 502, 503, 504)
+"""Statuses retried: too many requests, and a gateway or server that is not ready."""
 
-    def __init__(self, base_url: str, model: str, eos_token_id: int | None) -> None:
-        self._client = httpx.Client(base_url=base_url, timeout=30.0)
-        self._model = model
-        self._eos = eos_token_id
+DEFAULT_RETRY = Retry(
+    total=3,
+    allowed_methods=["GET", "POST"],
+    status_forcelist=RETRY_STATUS_CODES,
+    retry_on_exceptions=[httpx.ConnectError, httpx.ConnectTimeout],
+    backoff_factor=0.25,
+    max_backoff_wait=4.0,
+    total_timeout=8.0,
+)
+"""Retry policy of :class:`HTTPVLLMEngine`: connection failures (the request was never
+sent, so retrying a POST is safe) and 429/502/503/504, at most 3 retries, exponential
+backoff (0.5 s, 1 s, 2 s, with full jitter), at most 8 s of sleep in all. A read timeout or
+a connection dropped mid-request is not retried (the server may have run the request)."""
 
-    def encode(self, text: str) -> list[int]:
-        body = {"model": self._model, "prompt": text, "add_special_tokens": False}
-        response = self._client.post("/tokenize", json=body)
-        response.raise_for_status()
-        return [int(t) for t in response.json()["tokens"]]
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        body = {"model": self._model, "tokens": list(token_ids)}
-        response = self._client.post("/detokenize", json=body)
-        response.raise_for_status()
-        return str(response.json()["prompt"])
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self._eos
+CONTROL_TIMEOUT_S = 30.0
+"""Bound on a pinning control request sent while cleaning up after a timeout."""
+METRICS_TIMEOUT_S = 30.0
+"""Bound on a ``/v1/models`` or ``/metrics`` call, retries included."""
 
 
 def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -87,6 +115,48 @@ def _metric_sum(samples: dict[str, list[tuple[dict[str, str], float]]], name: st
     return sum(value for _, value in samples.get(name, []))
 
 
+def parse_top_logprobs(
+    top_logprobs: list[dict[str, float] | None] | None, limit: int
+) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """The completions API's ``top_logprobs`` (with ``return_tokens_as_token_ids``: keys
+    ``"token_id:<id>"``) as per-position ``(id, logprob)`` pairs, most likely first (ties
+    by id), at most ``limit`` per position.
+
+    Raises:
+        EngineError: a key is not of the ``token_id:<id>`` form.
+    """
+    table: list[tuple[tuple[int, float], ...]] = []
+    for position in top_logprobs or []:
+        pairs: list[tuple[int, float]] = []
+        for key, logprob in (position or {}).items():
+            prefix, _, number = key.partition(":")
+            if prefix != "token_id" or not number.lstrip("-").isdigit():
+                raise EngineError(
+                    f"logprob key {key!r} is not 'token_id:<id>'; was the request sent with"
+                    " return_tokens_as_token_ids?"
+                )
+            pairs.append((int(number), float(logprob)))
+        table.append(tuple(sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:limit]))
+    return tuple(table)
+
+
+def _local_tokenizer(
+    base_url: str, root: str, tokenizer: str | Path | Tokenizer | None
+) -> Tokenizer:
+    if tokenizer is not None and not isinstance(tokenizer, str | Path):
+        return tokenizer
+    if tokenizer is not None:
+        return load_hf_tokenizer(str(tokenizer))
+    if root and (Path(root) / "tokenizer.json").is_file():
+        return load_hf_tokenizer(root)
+    raise EngineError(
+        f"{base_url} serves a model from {root or 'an unknown place'!r}, which is not a"
+        " model folder on this machine; pass tokenizer=<local folder or Hugging Face id of"
+        " the same model> to HTTPVLLMEngine.connect (the server's /tokenize cannot keep"
+        " special-token strings in data from becoming control tokens)"
+    )
+
+
 class HTTPVLLMEngine:
     """Talks to one vLLM server. Create with ``await HTTPVLLMEngine.connect(url)``."""
 
@@ -98,6 +168,7 @@ class HTTPVLLMEngine:
         capacity: EngineCapacity,
         tokenizer: Tokenizer,
         pinning: bool = False,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self._client = client
         self._base_url = base_url
@@ -105,6 +176,7 @@ class HTTPVLLMEngine:
         self._capacity = capacity
         self._tokenizer = tokenizer
         self._pinning = pinning
+        self._default_timeout_s = default_timeout_s
         self._closed = False
 
     @classmethod
@@ -113,25 +185,46 @@ class HTTPVLLMEngine:
         base_url: str,
         model: str | None = None,
         *,
-        timeout_s: float = 600.0,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
         pinning: bool = False,
+        tokenizer: str | Path | Tokenizer | None = None,
+        retry: Retry | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> HTTPVLLMEngine:
         """Connect to the server at ``base_url`` (for example ``http://127.0.0.1:8000``).
 
         Args:
             model: the served model name; default: the only model the server serves.
+            default_timeout_s: seconds a call may take when the request sets no
+                ``timeout_s``.
             pinning: use explicit pinning; the server must run Kalypso's pinning
                 scheduler, which is checked here with one control request (answered
                 without running the model). When false (the default) nothing is sent,
                 and pin keys are rejected with ``UnsupportedFeatureError``.
+            tokenizer: a local tokenizer folder (or Hugging Face id) of the served model,
+                or a :class:`Tokenizer`; default: the server's model folder, which must
+                then be on this machine.
+            retry: the retry policy (default :data:`DEFAULT_RETRY`).
+            transport: the transport under the retries (default: httpx's; tests pass an
+                ``httpx.MockTransport``).
 
         Raises:
             EngineError: the server is unreachable (naming the URL), serves no model of
-                that name (naming the served ones), lacks the metrics Kalypso needs, or
-                (with ``pinning=True``) does not run the pinning scheduler.
+                that name (naming the served ones), lacks the metrics Kalypso needs, its
+                tokenizer is not available locally, or (with ``pinning=True``) it does
+                not run the pinning scheduler.
         """
+        if not default_timeout_s > 0:
+            raise ValueError(f"default_timeout_s must be > 0, got {default_timeout_s}")
         base_url = base_url.rstrip("/").removesuffix("/v1")
-        client = httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
+        client = httpx.AsyncClient(
+            base_url=base_url,
+            transport=RetryTransport(transport=transport, retry=retry or DEFAULT_RETRY)
+            if transport is not None
+            else RetryTransport(retry=retry or DEFAULT_RETRY),
+            # the per-call deadline is asyncio's; httpx only bounds connecting
+            timeout=httpx.Timeout(None, connect=10.0),
+        )
         try:
             models = await cls._served_models(client, base_url)
             served = [m["id"] for m in models]
@@ -145,21 +238,33 @@ class HTTPVLLMEngine:
             capacity = await cls._read_capacity(
                 client, base_url, int(card.get("max_model_len") or 0)
             )
-            tokenizer = cls._tokenizer_for(base_url, model, str(card.get("root") or ""))
-            engine = cls(client, base_url, model, capacity, tokenizer, pinning)
+            local = _local_tokenizer(base_url, str(card.get("root") or ""), tokenizer)
+            engine = cls(client, base_url, model, capacity, local, pinning, default_timeout_s)
             if pinning:
                 await engine._control({PING_ARG: 1})
         except BaseException:
             await client.aclose()
             raise
+        logger.info(
+            "connected to %s (model %r, %d KV blocks of %d tokens, pinning %s)",
+            base_url,
+            model,
+            capacity.num_blocks,
+            capacity.block_size_tokens,
+            "on" if pinning else "off",
+        )
         return engine
 
     @staticmethod
     async def _served_models(client: httpx.AsyncClient, base_url: str) -> list[dict[str, Any]]:
         try:
-            response = await client.get("/v1/models", timeout=10.0)
-        except httpx.HTTPError as exc:
-            raise EngineError(f"cannot reach a vLLM server at {base_url}: {exc!r}") from exc
+            async with asyncio.timeout(METRICS_TIMEOUT_S):
+                response = await client.get("/v1/models")
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise EngineError(
+                f"cannot reach a vLLM server at {base_url} (connection failures were"
+                f" retried): {exc!r}"
+            ) from exc
         if response.status_code != 200:
             raise EngineError(f"{base_url}/v1/models answered HTTP {response.status_code}")
         return list(response.json().get("data", []))
@@ -168,7 +273,11 @@ class HTTPVLLMEngine:
     async def _read_capacity(
         client: httpx.AsyncClient, base_url: str, max_model_len: int
     ) -> EngineCapacity:
-        response = await client.get("/metrics", timeout=10.0)
+        try:
+            async with asyncio.timeout(METRICS_TIMEOUT_S):
+                response = await client.get("/metrics")
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise EngineError(f"cannot read {base_url}/metrics: {exc!r}") from exc
         samples = parse_metrics(response.text)
         info = samples.get("vllm:cache_config_info")
         if not info:
@@ -179,12 +288,6 @@ class HTTPVLLMEngine:
             block_size_tokens=int(labels["block_size"]),
             max_model_len_tokens=max_model_len,
         )
-
-    @staticmethod
-    def _tokenizer_for(base_url: str, model: str, root: str) -> Tokenizer:
-        if root and (Path(root) / "tokenizer.json").is_file():
-            return load_hf_tokenizer(root)
-        return _ServerTokenizer(base_url, model, eos_token_id=None)
 
     async def __aenter__(self) -> HTTPVLLMEngine:
         return self
@@ -215,6 +318,17 @@ class HTTPVLLMEngine:
         return self._pinning
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Run one request to completion on the server.
+
+        Raises:
+            PromptTooLongError: prompt + ``max_tokens`` exceeds the context.
+            UnsupportedFeatureError: a pin key without ``pinning=True``.
+            EngineTimeoutError: no answer within ``timeout_s`` (else the engine's default);
+                the connection was closed, so the server aborted the request.
+            RequestAbortedError: the server aborted the request.
+            EngineError: the server failed, refused the request, or could not be reached
+                after the retries (the message names the URL).
+        """
         self._check_open()
         check_fits_context(request, self._capacity)
         if request.pin_key is not None and not self._pinning:
@@ -223,6 +337,7 @@ class HTTPVLLMEngine:
                 f" pinning=True to a server started with --scheduler-cls"
                 f" {PINNING_SCHEDULER_CLS}"
             )
+        server_id = f"kalypso-{uuid.uuid4().hex}"
         body: dict[str, Any] = {
             "model": self._model,
             "prompt": list(request.prompt_token_ids),
@@ -231,22 +346,45 @@ class HTTPVLLMEngine:
             "priority": request.priority,
             "return_token_ids": True,
             "ignore_eos": request.ignore_eos,
+            "request_id": server_id,
         }
         if request.stop:
             body["stop"] = list(request.stop)
         if request.pin_key is not None:
             body["vllm_xargs"] = {PIN_ARG: request.pin_key}
-        loop_time = time.monotonic()
+        if request.allowed_token_ids is not None:
+            body["allowed_token_ids"] = list(request.allowed_token_ids)
+        if request.logprobs is not None:
+            body["logprobs"] = request.logprobs
+            body["return_tokens_as_token_ids"] = True
+        timeout_s = request.timeout_s or self._default_timeout_s
+        logger.debug(
+            "request %r (server id %s): %d prompt tokens, max_tokens=%d, priority %d",
+            request.request_id,
+            server_id,
+            len(request.prompt_token_ids),
+            request.max_tokens,
+            request.priority,
+        )
+        started_s = time.monotonic()
         try:
-            response = await self._client.post("/v1/completions", json=body)
+            async with asyncio.timeout(timeout_s):
+                response = await self._client.post("/v1/completions", json=body)
+        except TimeoutError:
+            await self._after_timeout(request, server_id)
+            raise EngineTimeoutError(
+                f"request {request.request_id!r} to {self._base_url} did not finish within"
+                f" {timeout_s} s; the connection was closed, so the server aborts it"
+            ) from None
         except httpx.HTTPError as exc:
             raise EngineError(
-                f"request {request.request_id!r} to {self._base_url} failed: {exc!r}"
+                f"request {request.request_id!r} to {self._base_url}/v1/completions failed"
+                f" ({exc!r}; connection failures were retried)"
             ) from exc
         if response.status_code != 200:
             raise EngineError(
-                f"request {request.request_id!r}: {self._base_url} answered HTTP"
-                f" {response.status_code}: {response.text[:500]}"
+                f"request {request.request_id!r}: {self._base_url}/v1/completions answered"
+                f" HTTP {response.status_code}{_retries_note(response)}: {response.text[:500]}"
             )
         payload = response.json()
         choice = payload["choices"][0]
@@ -257,21 +395,55 @@ class HTTPVLLMEngine:
                 f"{self._base_url} does not report cached tokens; start it with"
                 " --enable-prompt-tokens-details (kalypso engine serve does)"
             )
-        total_s = time.monotonic() - loop_time
-        finish = choice.get("finish_reason")
-        return GenerateResult(
+        finish_reason = as_finish_reason(choice.get("finish_reason"), request.request_id)
+        total_s = time.monotonic() - started_s
+        logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+        if request.logprobs is not None:
+            logprobs = parse_top_logprobs(
+                (choice.get("logprobs") or {}).get("top_logprobs"), request.logprobs
+            )
+        result = GenerateResult(
             request_id=request.request_id,
-            output_token_ids=tuple(choice.get("token_ids") or ()),
+            output_token_ids=tuple(int(t) for t in choice.get("token_ids") or ()),
             text=choice.get("text", ""),
-            finish_reason=as_finish_reason(finish),
+            finish_reason=finish_reason,
             prompt_tokens=int(usage.get("prompt_tokens", len(request.prompt_token_ids))),
             cached_tokens=int(details.get("cached_tokens") or 0),
             timings=RequestTimings(queued_s=0.0, first_token_s=0.0, total_s=total_s),
+            logprobs=logprobs,
         )
+        logger.debug(
+            "request %r finished (%s): %d output tokens, %d cached, %.3f s",
+            request.request_id,
+            finish_reason,
+            result.output_tokens,
+            result.cached_tokens,
+            total_s,
+        )
+        return result
+
+    async def _after_timeout(self, request: GenerateRequest, server_id: str) -> None:
+        """With pinning, tell the scheduler not to pin the timed-out request (the
+        server aborts it when it sees the closed connection)."""
+        logger.info("request %r to %s timed out", request.request_id, self._base_url)
+        if request.pin_key is None or not self._pinning:
+            return
+        try:
+            async with asyncio.timeout(CONTROL_TIMEOUT_S):
+                await self._control({CANCEL_ARG: f"cmpl-{server_id}"})
+        except Exception as exc:  # the timeout is the error the caller gets
+            logger.warning("cleanup after the timeout of %r failed: %r", request.request_id, exc)
 
     async def stats(self) -> EngineStats:
+        """Counters and gauges from ``/metrics``; per-phase times are the sums of vLLM's
+        request prefill and decode time histograms (finished requests)."""
         self._check_open()
-        samples = parse_metrics((await self._client.get("/metrics")).text)
+        try:
+            async with asyncio.timeout(METRICS_TIMEOUT_S):
+                response = await self._client.get("/metrics")
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise EngineError(f"cannot read {self._base_url}/metrics: {exc!r}") from exc
+        samples = parse_metrics(response.text)
         return EngineStats(
             running_requests=int(_metric_sum(samples, "vllm:num_requests_running")),
             waiting_requests=int(_metric_sum(samples, "vllm:num_requests_waiting")),
@@ -280,15 +452,29 @@ class HTTPVLLMEngine:
             ),
             prefix_cache_hits_tokens=int(_metric_sum(samples, "vllm:prefix_cache_hits_total")),
             kv_usage_fraction=_metric_sum(samples, "vllm:kv_cache_usage_perc"),
+            prefill_time_s=_metric_sum(samples, "vllm:request_prefill_time_seconds_sum"),
+            decode_time_s=_metric_sum(samples, "vllm:request_decode_time_seconds_sum"),
         )
 
     async def reset_prefix_cache(self) -> None:
+        """Reset the server's prefix cache (needs its admin endpoints).
+
+        Raises:
+            UnsupportedFeatureError: the server runs without admin endpoints.
+            EngineError: the server refused (requests running, or blocks pinned).
+        """
         self._check_open()
-        response = await self._client.post("/reset_prefix_cache")
+        try:
+            async with asyncio.timeout(self._default_timeout_s):
+                response = await self._client.post("/reset_prefix_cache")
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise EngineError(f"{self._base_url}/reset_prefix_cache failed: {exc!r}") from exc
         if response.status_code == 404:
             raise UnsupportedFeatureError(
-                f"{self._base_url} has no /reset_prefix_cache; start the server with"
-                " VLLM_SERVER_DEV_MODE=1 (kalypso engine serve does)"
+                f"{self._base_url} has no /reset_prefix_cache: it runs without vLLM's admin"
+                " endpoints. Start it with VLLM_SERVER_DEV_MODE=1 (`kalypso engine serve"
+                " --admin-endpoints`, or VLLMServer.start(..., admin_endpoints=True));"
+                " they are unauthenticated, so only on a trusted host"
             )
         if response.status_code != 200:
             raise EngineError(f"{self._base_url}/reset_prefix_cache: HTTP {response.status_code}")
@@ -297,6 +483,7 @@ class HTTPVLLMEngine:
             raise EngineError(
                 f"{self._base_url} refused to reset its prefix cache (requests still running{pins})"
             )
+        logger.info("prefix cache of %s reset", self._base_url)
 
     async def unpin(self, pin_key: str) -> None:
         """Release the blocks pinned under ``pin_key`` (no-op for an unknown key); they
@@ -326,8 +513,9 @@ class HTTPVLLMEngine:
             )
         body = {"model": self._model, "prompt": [0], "max_tokens": 1, "vllm_xargs": xargs}
         try:
-            response = await self._client.post("/v1/completions", json=body)
-        except httpx.HTTPError as exc:
+            async with asyncio.timeout(self._default_timeout_s):
+                response = await self._client.post("/v1/completions", json=body)
+        except (httpx.HTTPError, TimeoutError) as exc:
             raise EngineError(
                 f"a pinning control request to {self._base_url} failed: {exc!r}"
             ) from exc
@@ -350,7 +538,14 @@ class HTTPVLLMEngine:
         if not self._closed:
             self._closed = True
             await self._client.aclose()
+            logger.info("disconnected from %s", self._base_url)
 
     def _check_open(self) -> None:
         if self._closed:
             raise EngineError("the engine is closed")
+
+
+def _retries_note(response: httpx.Response) -> str:
+    retry = response.extensions.get("retry")
+    attempts = getattr(retry, "attempts_made", 0)
+    return f" after {attempts} retries" if attempts else ""

