@@ -1,6 +1,11 @@
-"""Fixtures of the scheduler tests: engines that are closed after the test, and (for the
-modules that use ``schedulers``) every pipeline run through
-:class:`~tests.scheduler.factories.CheckingScheduler`."""
+"""Fixtures of the scheduler tests: recording simulators that are closed after the test.
+
+What the scheduler did is read from the run itself (``result.pipeline_reports``: the
+admission order, every launch with its reservation and whether it went beyond the
+ledger, budget moves, minimum/initial/final budgets and the peak); a run that could never
+make progress again raises the core's own
+:class:`~kalypso.core.scheduler.SchedulerStuck` at once.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from kalypso.query import executor
-from tests.scheduler.factories import CheckingScheduler, RecordingSim
+from tests.scheduler.factories import RecordingSim
 
 EngineFactory = Callable[..., RecordingSim]
 
@@ -28,17 +32,3 @@ async def make_engine() -> AsyncIterator[EngineFactory]:
     yield make
     for engine in engines:
         await engine.close()
-
-
-@pytest.fixture
-def schedulers(monkeypatch: pytest.MonkeyPatch) -> list[CheckingScheduler]:
-    """The schedulers the executor creates during the test, in order."""
-    made: list[CheckingScheduler] = []
-
-    def create(*args: Any, **kwargs: Any) -> CheckingScheduler:
-        scheduler = CheckingScheduler(*args, **kwargs)
-        made.append(scheduler)
-        return scheduler
-
-    monkeypatch.setattr(executor, "PipelineScheduler", create)
-    return made

@@ -1,5 +1,4 @@
-"""Small factories for the scheduler tests: synthetic tables, a recording simulator, and a
-scheduler that fails at once when it can never make progress again.
+"""Small factories for the scheduler tests: synthetic tables and a recording simulator.
 
 Every synthetic word is unique to its row (``w<row>x<j>``), so rows share no tokens and
 the simulator's word tokenizer gives exactly one token per word. The simulator answers a
@@ -9,16 +8,16 @@ and completions: tests assert exact values.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from kalypso.core.ledger import KVLedger
 from kalypso.engine.protocol import GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine
-from kalypso.query.rows import Row
-from kalypso.scheduler.pipeline import PipelineScheduler, Task
+from kalypso.query import QueryResult
 
 BLOCK = 16
 """Tokens per KV block in every engine of these tests."""
@@ -90,79 +89,66 @@ class RecordingSim(SimEngine):
         return [r for r in self.requests if op_of(r.request_id) == op]
 
 
-class SchedulerDeadlock(AssertionError):
-    """The scheduler is idle with work waiting and holds every reserved block itself."""
+@dataclass
+class CheckingLedger(KVLedger):
+    """A :class:`KVLedger` (passed to ``arun(ledger=...)``) that records every reservation
+    that took it above its capacity, with the tasks of any owner running at that moment.
+
+    The memory manager reserves a task's blocks before it counts the task as running, so
+    ``running`` is what ran *beside* it: the documented last-resort rule allows going
+    above the capacity only when it is 0.
+    """
+
+    over_commits: list[OverCommit] = field(default_factory=list)
+
+    def reserve(self, owner: str, blocks: int) -> None:
+        running = self.running_tasks
+        super().reserve(owner, blocks)
+        if blocks > 0 and self.reserved_blocks > self.capacity_blocks:
+            self.over_commits.append(OverCommit(owner, blocks, self.reserved_blocks, running))
 
 
 @dataclass(frozen=True)
 class OverCommit:
-    """One Launch that took the ledger above its capacity."""
-
-    query_was_idle: bool
-    admitted: int
-    reserved_before: int
+    owner: str
+    blocks: int
     reserved_after: int
+    running: int
+    """Tasks of any owner running when it was admitted."""
 
 
-@dataclass(frozen=True)
-class Launch:
-    """One task as it was launched: its reservation and what its parent held."""
+def check_run(result: QueryResult, ledger: CheckingLedger | None = None, owner: str = "q") -> None:
+    """What every run must satisfy, read from its reports (and the ledger it ran on, where
+    it is ``owner``):
 
-    stage: int
-    key: tuple[int, ...]
-    next_op: int
-    total_blocks: int
-    parent_prefix_blocks: int
-    ledger_blocks: int
-    """What the ledger held when the task started (its own reservation included)."""
-
-
-class CheckingScheduler(PipelineScheduler):
-    """:class:`PipelineScheduler` that records every launch and every Launch that took the
-    ledger above its capacity, and fails instead of polling forever when it can never
-    make progress again.
-
-    The real scheduler sleeps and retries when nothing it waits on may start; that is
-    right when other queries hold ledger memory (they will release it). When the query
-    itself holds every reserved block and nothing runs, nothing can ever change: this
-    raises :class:`SchedulerDeadlock` (deterministic, no timeout needed).
+    * every task is admitted once, plus once per continuation, each admission with its
+      launch record;
+    * budgets are conserved, and no stage ends below its minimum;
+    * the ledger went above its capacity only by the last-resort rule (nothing of any
+      owner running), and exactly those admissions are flagged ``over_commit``;
+    * the query holds nothing in the ledger once the run is over.
     """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.launches: list[Launch] = []
-        self.over_commits: list[OverCommit] = []
-
-    def _launch(self) -> None:
-        was_idle = not self.running
-        before = self.ledger.reserved_blocks
-        admitted = len(self.report.admitted)
-        super()._launch()
-        after = self.ledger.reserved_blocks
-        if after > self.ledger.capacity_blocks and after > before:
-            count = len(self.report.admitted) - admitted
-            self.over_commits.append(OverCommit(was_idle, count, before, after))
-        assert self.memory is not None
-        own = sum(self.memory.budgets.used_blocks)
-        if not self.running and any(self.waiting) and self.ledger.reserved_blocks == own:
-            heads = [
-                (s, q[0].row.key, q[0].memory.total_blocks) for s, q in enumerate(self.waiting) if q
-            ]
-            raise SchedulerDeadlock(
-                f"idle with waiting tasks (stage, key, blocks) {heads}; the query holds all"
-                f" {own} reserved blocks of {self.ledger.capacity_blocks}"
-            )
-
-    async def _run_task(self, task: Task) -> Row | None:
-        parent = task.memory.parent
-        self.launches.append(
-            Launch(
-                task.stage,
-                task.row.key,
-                task.next_op,
-                task.memory.total_blocks,
-                parent.prefix_blocks if parent is not None else 0,
-                self.ledger.reserved_blocks,
-            )
-        )
-        return await super()._run_task(task)
+    for report in result.pipeline_reports:
+        admitted = Counter(report.admitted)
+        assert sum(admitted.values()) == len(admitted) + report.continuations
+        assert [(launch.stage, launch.key) for launch in report.launches] == report.admitted
+        assert sum(report.final_budgets_blocks) == sum(report.initial_budgets_blocks)
+        for final, minimum in zip(
+            report.final_budgets_blocks, report.min_budgets_blocks, strict=True
+        ):
+            assert final >= minimum
+    if ledger is None:
+        return
+    assert ledger.held_by(owner) == 0
+    assert owner not in ledger.owners
+    mine = [o for o in ledger.over_commits if o.owner == owner]
+    assert all(over.running == 0 for over in mine), mine
+    flagged = [
+        launch.ledger_blocks
+        for report in result.pipeline_reports
+        for launch in report.launches
+        if launch.over_commit
+    ]
+    assert flagged == [over.reserved_after for over in mine]
+    if not ledger.over_commits:
+        assert ledger.peak_reserved_blocks <= ledger.capacity_blocks

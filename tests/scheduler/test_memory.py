@@ -1,11 +1,13 @@
-"""KVLedger, StageBudgets and MemoryManager: reservation arithmetic, dependency tracking,
-budget transfers and the admission rules (paper section 5, Algorithm 1's memory manager).
+"""KVLedger, StageBudgets and MemoryManager: reservation arithmetic by owner, dependency
+tracking, budget transfers and the admission rules (paper section 5, Algorithm 1's
+memory manager).
 
 Everything here is in KV blocks and exact.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -13,12 +15,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kalypso.scheduler.memory import KVLedger, MemoryManager, StageBudgets, TaskMemory
+from kalypso.core.ledger import KVLedger, LedgerError
+from kalypso.core.memory import MemoryManager, StageBudgets, TaskMemory
 
 
 def manager(capacity: int, budgets: list[int], minimums: list[int] | None = None) -> MemoryManager:
     minimums = minimums if minimums is not None else [1] * len(budgets)
-    return MemoryManager(KVLedger(capacity), StageBudgets(list(budgets), list(minimums)))
+    return MemoryManager(KVLedger(capacity), StageBudgets(list(budgets), list(minimums)), "q")
 
 
 def task(stage: int, total: int, prefix: int = 0, parent: TaskMemory | None = None) -> TaskMemory:
@@ -36,21 +39,74 @@ def state(mm: MemoryManager) -> tuple[int, list[int]]:
 
 def test_ledger_reserves_releases_and_keeps_its_peak() -> None:
     ledger = KVLedger(10)
-    ledger.reserve(3)
-    ledger.reserve(4)
+    ledger.reserve("a", 3)
+    ledger.reserve("b", 4)
     assert (ledger.reserved_blocks, ledger.peak_reserved_blocks) == (7, 7)
-    ledger.release(5)
-    assert (ledger.reserved_blocks, ledger.peak_reserved_blocks) == (2, 7)
-    assert ledger.fits(8)  # 2 + 8 == 10
-    assert not ledger.fits(9)
+    assert (ledger.held_by("a"), ledger.held_by("b")) == (3, 4)
+    ledger.release("b", 3)
+    assert (ledger.reserved_blocks, ledger.peak_reserved_blocks) == (4, 7)
+    assert ledger.free_blocks == 6
+    assert ledger.fits(6)  # 4 + 6 == 10
+    assert not ledger.fits(7)
 
 
-def test_ledger_refuses_to_release_more_than_it_holds() -> None:
+def test_ledger_refuses_to_release_more_than_an_owner_holds() -> None:
     ledger = KVLedger(10)
-    ledger.reserve(2)
-    with pytest.raises(AssertionError, match="releasing 3 blocks, only 2 held"):
-        ledger.release(3)
-    assert ledger.reserved_blocks == 2
+    ledger.reserve("a", 2)
+    ledger.reserve("b", 5)
+    with pytest.raises(LedgerError, match="'a' releasing 3 blocks, holds 2"):
+        ledger.release("a", 3)
+    with pytest.raises(LedgerError, match="reserving -1 blocks"):
+        ledger.reserve("a", -1)
+    assert ledger.reserved_blocks == 7
+
+
+def test_ledger_needs_a_block() -> None:
+    with pytest.raises(ValueError, match="at least one block"):
+        KVLedger(0)
+
+
+def test_release_owner_gives_back_everything_it_holds_and_its_running_tasks() -> None:
+    ledger = KVLedger(10)
+    ledger.register("a")
+    ledger.reserve("a", 3)
+    ledger.reserve("a", 2)
+    ledger.task_started("a")
+    ledger.reserve("b", 4)
+    ledger.task_started("b")
+    assert ledger.running_tasks == 2
+    assert ledger.release_owner("a") == 5
+    assert (ledger.reserved_blocks, ledger.held_by("a"), ledger.running_tasks) == (4, 0, 1)
+    assert ledger.release_owner("a") == 0  # idempotent
+    ledger.unregister("a")
+    assert ledger.owners == frozenset()
+
+
+def test_one_owner_registers_once() -> None:
+    """Two queries with one id would release each other's blocks."""
+    ledger = KVLedger(10)
+    ledger.register("q")
+    with pytest.raises(ValueError, match="'q' is already running"):
+        ledger.register("q")
+    ledger.unregister("q")
+    ledger.register("q")  # free again once the first run is over
+
+
+def test_stopping_a_task_never_started_is_a_bug() -> None:
+    with pytest.raises(LedgerError, match="never started"):
+        KVLedger(4).task_stopped("a")
+
+
+async def test_a_release_wakes_the_runs_waiting_for_room() -> None:
+    ledger = KVLedger(4)
+    ledger.reserve("a", 4)
+    waiter = asyncio.ensure_future(ledger.wait_for_release(timeout_s=5))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    ledger.release("a", 1)
+    await asyncio.wait_for(waiter, timeout=1)
+    # with nothing released, the wait ends at its timeout
+    await ledger.wait_for_release(timeout_s=0.01)
 
 
 # --------------------------------------------------------------------------- StageBudgets
@@ -224,16 +280,34 @@ def test_completing_with_children_never_holds_more_than_was_reserved() -> None:
 
 def test_requeue_releases_and_re_reserves_with_the_new_size() -> None:
     mm = manager(20, [10, 10])
-    retried = task(0, 4, 2)
-    mm.allocate(retried)
+    continued = task(0, 4, 2)
+    mm.allocate(continued)
     assert state(mm) == (4, [4, 0])
-    mm.requeue(retried, 9)  # a retry with a doubled output bound
+    mm.requeue(continued, 9)  # a continuation with a doubled output bound
     assert state(mm) == (0, [0, 0])
-    assert (retried.total_blocks, retried.held_blocks) == (9, 0)
-    mm.allocate(retried)
+    assert (continued.total_blocks, continued.held_blocks) == (9, 0)
+    mm.allocate(continued)
     assert state(mm) == (9, [9, 0])
-    assert mm.complete(retried, children=0) == [retried]
+    assert mm.complete(continued, children=0) == [continued]
     assert state(mm) == (0, [0, 0])
+
+
+def test_release_all_gives_back_every_block_of_a_failed_run() -> None:
+    """A run that fails mid-way holds a parent's prefix and running children: all of it
+    goes back, the running tasks are no longer counted, and another owner is untouched."""
+    mm = manager(40, [20, 20])
+    mm.ledger.reserve("other", 5)
+    parent = task(0, 10, 4)
+    mm.allocate(parent)
+    mm.complete(parent, children=2)
+    child = task(1, 3, 0, parent)
+    mm.allocate(child)
+    assert state(mm) == (12, [4, 3])
+    assert mm.ledger.running_tasks == 1
+    assert mm.release_all() == 7
+    assert state(mm) == (5, [0, 0])
+    assert mm.ledger.running_tasks == 0
+    assert (mm.ledger.held_by("q"), mm.ledger.held_by("other")) == (0, 5)
 
 
 # --------------------------------------------------------------------------- admission
@@ -254,7 +328,7 @@ def test_task_beyond_its_stage_budget_waits_while_the_stage_runs() -> None:
 def test_stage_budget_is_not_enough_without_room_in_the_ledger() -> None:
     """Another query holds most of the engine: a stage's own budget does not over-commit."""
     mm = manager(10, [6, 4])
-    mm.ledger.reserve(7)  # another query
+    mm.ledger.reserve("other", 7)
     assert not mm.admits(task(0, 4), stage_idle=False, query_idle=False)
     assert not mm.admits(task(0, 4), stage_idle=True, query_idle=False)
     assert mm.admits(task(0, 3), stage_idle=False, query_idle=False)
@@ -275,7 +349,7 @@ def test_oversized_task_does_not_deadlock_an_idle_stage() -> None:
 
 def test_oversized_task_in_an_idle_stage_still_waits_for_the_ledger() -> None:
     mm = manager(20, [4, 16], [4, 4])
-    mm.ledger.reserve(16)  # another query
+    mm.ledger.reserve("other", 16)
     assert not mm.admits(task(0, 6), stage_idle=True, query_idle=False)
 
 
@@ -295,8 +369,8 @@ def test_task_larger_than_the_cache_does_not_deadlock_an_idle_engine() -> None:
 
 def test_task_larger_than_the_cache_waits_while_another_query_runs() -> None:
     ledger = KVLedger(8)
-    mm = MemoryManager(ledger, StageBudgets([4, 4], [1, 1]))
-    other = MemoryManager(ledger, StageBudgets([8], [1]))  # another query, same engine
+    mm = MemoryManager(ledger, StageBudgets([4, 4], [1, 1]), "q")
+    other = MemoryManager(ledger, StageBudgets([8], [1]), "other")  # same engine
     running = task(0, 1)
     other.allocate(running)
     huge = task(1, 12)
@@ -373,10 +447,11 @@ class Outcome:
 def drive(
     sizes: list[int], roots: list[Spec], spare: int, picks: list[int], moves: list[int]
 ) -> Outcome:
-    """Algorithm 1's Launch/Complete loop on the memory manager alone, as
-    :class:`PipelineScheduler` drives it: deepest stage first, a stage is idle when none
-    of its tasks runs, the query is idle when none runs. Budgets start as the adaptive
-    policy's (minimum = the stage's largest task, the last gets the rest); after each
+    """Algorithm 1's Launch/Complete loop on the memory manager alone, as the scheduler
+    core drives it: deepest stage first; a stage is idle when none of its tasks runs and
+    it holds nothing (no prefix kept for children); the query is idle when none runs.
+    Budgets start as the adaptive policy's (minimum = the stage's largest task, the last
+    gets the rest); after each
     completion (the running task ``picks[i] % len(running)``) budget moves from stage
     ``moves[i] // 4`` to ``moves[i] % 4`` (mod the stage count). Checks the accounting
     invariants at every step and records admissions beyond the ledger's capacity; stops
@@ -394,7 +469,10 @@ def drive(
         for stage in reversed(range(len(sizes))):
             while waiting[stage]:
                 head = waiting[stage][0]
-                idle = not any(r.memory.stage == stage for r in running)
+                idle = (
+                    not any(r.memory.stage == stage for r in running)
+                    and mm.budgets.used_blocks[stage] == 0
+                )
                 if not mm.admits(head.memory, stage_idle=idle, query_idle=not running):
                     break
                 waiting[stage].popleft()
@@ -450,8 +528,9 @@ def test_random_task_trees_release_exactly_what_they_held(
 
 STUCK_ROOTS: list[Spec] = [(1, 1, [(1, 1, [(1, 0, [])])]), (1, 1, [(1, 0, [])])]
 """Three stages of one block each on a ledger of three blocks. r0 completes (holds its
-prefix), its child c runs; stage 0 runs nothing, so the idle-stage rule admits r1 beyond
-stage 0's budget of 1 into the room of stage 2. c completes (holds its prefix): the
+prefix), its child c runs; stage 0 runs nothing - when a stage holding a prefix counted
+as idle, the idle-stage rule admitted r1 beyond stage 0's budget of 1 into the room of
+stage 2. c completes (holds its prefix): the
 ledger is full (r0, c, r1) and c's child g waits. r1 completes and holds its prefix for
 its own waiting child: nothing runs, three blocks held by this query, and g needs a
 fourth - admitted only beyond the ledger, or never."""

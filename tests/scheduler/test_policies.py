@@ -1,4 +1,6 @@
-"""Scheduling policies by name: their initial budgets (exact) and parse errors."""
+"""Scheduling policies by name (:mod:`kalypso.core.policies`): their initial budgets
+(exact), what each name means, and parse errors - raised as ``PolicyError`` by the
+registry and as ``PlanError`` by ``arun``, before any LLM call."""
 
 from __future__ import annotations
 
@@ -6,16 +8,10 @@ import pandas as pd
 import pytest
 
 import kalypso
+from kalypso.core.policies import Policy, PolicyError, get_policy, policy_names
+from kalypso.core.policies.adaptive import Adaptive
 from kalypso.engine.sim import SimEngine
-from kalypso.query.templates import PlanError
-from kalypso.scheduler.policies import POLICY_NAMES, SchedulingPolicy, parse_policy
-
-
-def policy(name: str) -> SchedulingPolicy:
-    parsed = parse_policy(name)
-    assert parsed is not None
-    return parsed
-
+from kalypso.query import PlanError
 
 MINIMUMS = [5, 3, 4]
 
@@ -36,7 +32,7 @@ MINIMUMS = [5, 3, 4]
     ],
 )
 def test_initial_budgets_on_a_large_cache(name: str, expected: list[int]) -> None:
-    budgets = policy(name).initial_budgets(100, MINIMUMS)
+    budgets = get_policy(name).initial_budgets(100, MINIMUMS)
     assert budgets == expected
     assert sum(budgets) == 100
 
@@ -53,52 +49,78 @@ def test_initial_budgets_on_a_large_cache(name: str, expected: list[int]) -> Non
 def test_initial_budgets_never_go_below_the_minimums(name: str, expected: list[int]) -> None:
     """A cache smaller than the sum of the minimums (12 > 10): each stage keeps its
     minimum; the admission rules then let one task per idle stage through."""
-    assert policy(name).initial_budgets(10, MINIMUMS) == expected
+    assert get_policy(name).initial_budgets(10, MINIMUMS) == expected
 
 
 @pytest.mark.parametrize("name", ["adaptive", "parallel-dfs", "parallel-bfs", "static:0.3"])
 def test_a_single_stage_gets_the_whole_cache(name: str) -> None:
-    assert policy(name).initial_budgets(64, [7]) == [64]
-    assert policy(name).initial_budgets(4, [7]) == [7]
+    assert get_policy(name).initial_budgets(64, [7]) == [64]
+    assert get_policy(name).initial_budgets(4, [7]) == [7]
 
 
 def test_two_stage_splits() -> None:
-    assert policy("adaptive").initial_budgets(64, [6, 4]) == [6, 58]
-    assert policy("parallel-bfs").initial_budgets(64, [6, 4]) == [60, 4]
-    assert policy("static:0.3").initial_budgets(64, [6, 4]) == [19, 45]  # int(19.2)
+    assert get_policy("adaptive").initial_budgets(64, [6, 4]) == [6, 58]
+    assert get_policy("parallel-bfs").initial_budgets(64, [6, 4]) == [60, 4]
+    assert get_policy("static:0.3").initial_budgets(64, [6, 4]) == [19, 45]  # int(19.2)
 
 
 def test_what_each_name_means() -> None:
-    assert policy("adaptive") == SchedulingPolicy("adaptive", "adaptive", rebalance=True)
-    assert policy("pipelined") == SchedulingPolicy("pipelined", "adaptive", rebalance=True)
-    assert policy("parallel-dfs") == SchedulingPolicy("parallel-dfs", "dfs")
-    assert policy("parallel-bfs") == SchedulingPolicy("parallel-bfs", "bfs")
-    assert policy("sequential") == SchedulingPolicy("sequential", "dfs", max_running_tasks=1)
-    assert policy("static:0.3") == SchedulingPolicy(
-        "static:0.3", "static", first_stage_fraction=0.3
-    )
-    assert parse_policy("operator-at-a-time") is None
+    for name in ("adaptive", "pipelined"):
+        assert isinstance(get_policy(name), Adaptive)
+    for name in ("parallel-dfs", "parallel-bfs", "sequential", "static:0.3"):
+        policy = get_policy(name)
+        assert type(policy).rebalance is Policy.rebalance, name  # never rebalanced
+        assert policy.memory_aware and policy.bounded_outputs and not policy.operator_at_a_time
+    assert get_policy("sequential").max_running_tasks == 1
+    assert get_policy("adaptive").max_running_tasks is None
+    baseline = get_policy("operator-at-a-time")
+    assert baseline.operator_at_a_time
+    assert not baseline.memory_aware and not baseline.bounded_outputs
+    assert baseline.priority(0, 3) == baseline.priority(2, 3) == 0
+    assert not baseline.pins(0, 3, explicit_pinning=True)
+    # names are kept as given (reports show them)
+    assert get_policy("static:0.3").name == "static:0.3"
+    assert get_policy("pipelined").name == "pipelined"
+
+
+def test_each_call_of_get_policy_is_a_fresh_policy() -> None:
+    """A policy may keep state for one run: two runs never share one."""
+    assert get_policy("adaptive") is not get_policy("adaptive")
+    mine = Adaptive()
+    assert get_policy(mine) is mine
 
 
 def test_static_fraction_is_exact_in_blocks() -> None:
-    assert policy("static:0.29").initial_budgets(100, [1, 1]) == [29, 71]
+    assert get_policy("static:0.29").initial_budgets(100, [1, 1]) == [29, 71]
 
 
-@pytest.mark.parametrize("name", ["fifo", "Adaptive", "static", "static-0.3", ""])
-def test_unknown_policy_names_are_rejected(name: str) -> None:
-    with pytest.raises(PlanError, match="unknown execution policy") as error:
-        parse_policy(name)
-    for known in POLICY_NAMES:
+@pytest.mark.parametrize("name", ["fifo", "Adaptive", "static-0.3", "breadth first"])
+def test_unknown_policy_names_are_rejected_listing_the_known_ones(name: str) -> None:
+    with pytest.raises(PolicyError, match="unknown execution policy") as error:
+        get_policy(name)
+    for known in policy_names():
         assert known in str(error.value)
 
 
 @pytest.mark.parametrize(
     "name",
-    ["static:", "static:abc", "static:0", "static:1", "static:1.5", "static:-0.2", "static:nan"],
+    ["static", "static:", "static:abc", "static:0", "static:1", "static:1.5", "static:-0.2"],
 )
 def test_bad_static_fractions_are_rejected(name: str) -> None:
-    with pytest.raises(PlanError, match=r"the static fraction must be in \(0, 1\)"):
-        parse_policy(name)
+    with pytest.raises(PolicyError, match=r"the static fraction must be in \(0, 1\)"):
+        get_policy(name)
+
+
+@pytest.mark.parametrize("name", ["static:nan", "static:inf"])
+def test_static_fractions_that_are_not_numbers_are_rejected(name: str) -> None:
+    with pytest.raises(PolicyError, match=r"the static fraction must be in \(0, 1\)"):
+        get_policy(name)
+
+
+@pytest.mark.parametrize("name", ["sequential:2", "parallel-dfs:x", "operator-at-a-time:1"])
+def test_policies_without_an_argument_refuse_one(name: str) -> None:
+    with pytest.raises(PolicyError, match="takes no argument"):
+        get_policy(name)
 
 
 async def test_a_bad_policy_fails_before_any_llm_call() -> None:

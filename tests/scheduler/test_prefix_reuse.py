@@ -3,11 +3,11 @@ scheduler keeps each tuple's prefix reserved until its dependent calls have run,
 find it cached; operator-at-a-time sends every note through one operator before the next
 and the cache has long evicted the prefixes by then.
 
-The query: 16 notes of 150 unique words (about 3,100 prompt tokens of context, 194
+The query: 16 notes of 150 unique words (about 3,100 prompt tokens of context, 195
 blocks) on a cache of 48 blocks; sem_filter, sem_classify (same stage), then sem_join with
 two aspects. Every call after a tuple's first is *dependent*: it expects the full blocks
-of ``[system | text]`` (40 + 154 = 194 tokens: 12 blocks, 192 tokens) to be cached: 16
-classifier calls and 32 join calls.
+of ``[system | text]`` (41 + 154 = 195 tokens with the chat boundaries: 12 full blocks,
+192 tokens) to be cached: 16 classifier calls and 32 join calls.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ from kalypso.query import QueryResult, Table
 from tests.scheduler.conftest import EngineFactory
 from tests.scheduler.factories import notes, right_table
 
-pytestmark = pytest.mark.usefixtures("schedulers")
-
 DEPENDENT_CALLS = 16 + 32
 EXPECTED_PREFIX_TOKENS = 192
-SYSTEM_BLOCK_TOKENS = 32  # the system prompt's 40 tokens: 2 full blocks
+SYSTEM_BLOCK_TOKENS = 32  # the system message and the user turn's start, 41 tokens: 2 blocks
 
 
 def medec_like() -> Table:

@@ -6,7 +6,7 @@ must fit in its reservation plus the parent's prefix blocks the call actually re
 and on a single chain of tasks (``sequential``, one tuple) the ledger's peak is exactly
 the deepest call's blocks. These tests compare the ledger with the requests the
 simulator served (:class:`RecordingSim`) and the reservations the scheduler launched
-tasks with (:class:`CheckingScheduler`).
+tasks with (``PipelineReport.launches``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ import pandas as pd
 import pytest
 
 import kalypso
+from kalypso.core.report import Launch, PipelineReport
 from kalypso.engine.protocol import GenerateRequest
 from kalypso.engine.sim import SimOutputModel
 from kalypso.query import Table
 from tests.scheduler.conftest import EngineFactory
 from tests.scheduler.factories import (
-    CheckingScheduler,
-    Launch,
     RecordingSim,
     blocks,
     key_of,
@@ -29,8 +28,6 @@ from tests.scheduler.factories import (
     op_of,
     right_table,
 )
-
-pytestmark = pytest.mark.usefixtures("schedulers")
 
 YES = SimOutputModel(yes_rate=1.0)
 
@@ -50,19 +47,21 @@ def stage_of_ops(plan: Table) -> dict[str, int]:
 
 
 def unreserved_calls(
-    plan: Table, engine: RecordingSim, scheduler: CheckingScheduler
+    plan: Table, engine: RecordingSim, report: PipelineReport
 ) -> list[tuple[str, tuple[int, ...], int, int]]:
-    """Calls that needed more new blocks than their task reserved:
+    """Requests that needed more new blocks than their task reserved:
     ``(op, key, blocks needed beyond the reused parent prefix, blocks reserved)``.
 
-    A task's k-th launch (a retry relaunches it) is paired with its k-th call of each
-    operator; the parent's prefix a call reuses is the full blocks it shares with the
-    parent tuple's last prompt, at most the parent's ``prefix_blocks``."""
+    A task's k-th launch (a continuation relaunches it) is paired with its k-th request
+    of each operator; the parent's prefix a request reuses is the full blocks it shares
+    with the parent tuple's last prompt, at most the parent's ``prefix_blocks``. A
+    continued request is its call's prompt plus the tokens generated so far, with the
+    rest of the new bound: it needs what the call needs at that bound."""
     stages = stage_of_ops(plan)
     last_prompt: dict[tuple[int, ...], tuple[int, ...]] = {}
     calls_seen: dict[tuple[str, tuple[int, ...]], int] = {}
     launches: dict[tuple[int, tuple[int, ...]], list[Launch]] = {}
-    for launch in scheduler.launches:
+    for launch in report.launches:
         launches.setdefault((launch.stage, launch.key), []).append(launch)
     bad = []
     for request in engine.requests:
@@ -91,25 +90,27 @@ def only_request(engine: RecordingSim, op: str) -> GenerateRequest:
 
 
 async def test_a_first_stage_task_reserves_its_prompt_plus_its_bound(
-    make_engine: EngineFactory, schedulers: list[CheckingScheduler]
+    make_engine: EngineFactory,
 ) -> None:
     plan = kalypso.table(notes(1, 50)).sem_filter("Is the {text} relevant?")
     engine = make_engine(outputs=YES)
     result = await plan.arun(engine, policy="sequential")
 
     request = only_request(engine, "1:sem_filter")
-    assert request.max_tokens == 8  # a predicate's static bound
-    # 40 (system) + 54 ([text] and 50 words) + 22 (task, chat tags) = 116; + 8 = 124
-    assert len(request.prompt_token_ids) == 116
-    (launch,) = schedulers[0].launches
-    assert launch.total_blocks == blocks(116 + 8) == 8
+    assert request.max_tokens == 1  # a decision: one constrained token
+    assert request.allowed_token_ids is not None and len(request.allowed_token_ids) == 2
+    # 41 (system message, start of the user turn) + 54 ([text] and 50 words) + 10 (task)
+    # + 12 (end of the user turn, start of the assistant's) = 117; + 1 = 118
+    assert len(request.prompt_token_ids) == 117
+    (launch,) = result.pipeline_reports[0].launches
+    assert launch.total_blocks == blocks(117 + 1) == 8
     assert result.peak_reserved_blocks == 8
 
 
 async def test_a_chain_of_two_tasks_reserves_exactly_the_deeper_call(
-    make_engine: EngineFactory, schedulers: list[CheckingScheduler]
+    make_engine: EngineFactory,
 ) -> None:
-    """The parent holds its 5 prefix blocks (94 tokens of [system | text]); the child's
+    """The parent holds its 5 prefix blocks (95 tokens of [system | text]); the child's
     prompt extends them, so parent prefix + child reservation = the child's call."""
     plan = (
         kalypso.table(notes(1, 50))
@@ -120,22 +121,22 @@ async def test_a_chain_of_two_tasks_reserves_exactly_the_deeper_call(
     result = await plan.arun(engine, policy="sequential")
 
     child = only_request(engine, "3:sem_join")
-    parent_launch, child_launch = schedulers[0].launches
-    assert child_launch.parent_prefix_blocks == 94 // 16 == 5
-    assert child_launch.total_blocks == blocks(len(child.prompt_token_ids) + 8) - 5 == 6
-    assert result.peak_reserved_blocks == blocks(len(child.prompt_token_ids) + 8) == 11
+    parent_launch, child_launch = result.pipeline_reports[0].launches
+    assert child_launch.parent_prefix_blocks == 95 // 16 == 5
+    assert child_launch.total_blocks == blocks(len(child.prompt_token_ids) + 1) - 5 == 6
+    assert result.peak_reserved_blocks == blocks(len(child.prompt_token_ids) + 1) == 11
     assert parent_launch.total_blocks == 8
-    assert unreserved_calls(plan, engine, schedulers[0]) == []
+    assert unreserved_calls(plan, engine, result.pipeline_reports[0]) == []
 
 
 async def test_a_chain_of_three_tasks_reserves_exactly_the_deepest_call(
     make_engine: EngineFactory,
 ) -> None:
-    """note -> pair -> triple, one of each. The note holds its 5 prefix blocks (94
-    tokens); the pair's prefix is 8 blocks (138 tokens: the note's and a 44-token
-    aspect), 3 of them its own; the triple's call needs 12 blocks (169 + 8 tokens), so
-    it reserves 12 - 8 = 4. The pair reserved 6 and keeps its own 3: the ledger peaks
-    at 5 + 3 + 4 = 12, the call's blocks. (Keeping min(8, 6) = 6 peaked at 15.)"""
+    """note -> pair -> triple, one of each. The note holds its 5 prefix blocks (95
+    tokens); the pair's prefix is 8 blocks (139 tokens: the note's and a 44-token
+    aspect), 3 of them its own; the triple's call needs 11 blocks (170 + 1 tokens), so
+    it reserves 11 - 8 = 3. The pair reserved 6 and keeps its own 3: the ledger peaks
+    at 5 + 3 + 3 = 11, the call's blocks. (Keeping min(8, 6) = 6 peaked at 14.)"""
     plan = (
         kalypso.table(notes(1, 50))
         .sem_filter("Is the {text} relevant?")
@@ -146,8 +147,10 @@ async def test_a_chain_of_three_tasks_reserves_exactly_the_deepest_call(
     result = await plan.arun(engine, policy="sequential")
 
     deepest = only_request(engine, "5:sem_join")
-    assert blocks(len(deepest.prompt_token_ids) + 8) == 12
-    assert result.peak_reserved_blocks == 12
+    assert blocks(len(deepest.prompt_token_ids) + 1) == 11
+    assert [launch.total_blocks for launch in result.pipeline_reports[0].launches] == [8, 6, 3]
+    assert result.peak_reserved_blocks == 11
+    assert unreserved_calls(plan, engine, result.pipeline_reports[0]) == []
 
 
 # --------------------------------------------------------------------------- every call fits
@@ -168,37 +171,39 @@ def nested_plan() -> Table:
     "policy", ["sequential", "adaptive", "parallel-dfs", "parallel-bfs", "static:0.5"]
 )
 async def test_every_call_fits_its_tasks_reservation(
-    make_engine: EngineFactory, schedulers: list[CheckingScheduler], policy: str
+    make_engine: EngineFactory, policy: str
 ) -> None:
     plan = nested_plan()
     engine = make_engine(outputs=SimOutputModel(yes_rate=0.6))
     result = await plan.arun(engine, policy=policy)
     assert len(engine.requests) > 12
-    assert unreserved_calls(plan, engine, schedulers[0]) == []
+    assert unreserved_calls(plan, engine, result.pipeline_reports[0]) == []
     assert result.peak_reserved_blocks <= 64
 
 
 async def test_generative_calls_fit_their_reservation_after_the_estimator_calibrates(
-    make_engine: EngineFactory, schedulers: list[CheckingScheduler]
+    make_engine: EngineFactory,
 ) -> None:
     """30 sem_map tasks are created (and sized with the first bound, 16 tokens) before
-    any runs. After 8 calls the estimator's bound becomes the observed 99th percentile
-    (41 tokens: 40 words and end of sequence), but a task's calls use the bounds its
-    reservation assumed (16, then the retries' re-reserved 32 and 128). Calling with the
-    estimator's bound gave tasks 9..29 41 tokens in 7 reserved blocks: 9 needed."""
+    any runs; each is sized again when it is admitted. Once the estimator has seen
+    enough calls its bound is the observed 99th percentile (41 tokens: 40 words and end
+    of sequence), but a task's requests use the bounds its reservation assumed (16, then
+    the continuations' re-reserved 32 and 128; a continued request asks for the rest of
+    its new bound). Calling with the estimator's bound instead gave tasks sized before it
+    learned 41 tokens in a reservation made for 16."""
     plan = kalypso.table(notes(30, 30)).sem_map(
         "Describe the {text}.", "d", max_tokens=128, first_bound_tokens=16
     )
     engine = make_engine(outputs=SimOutputModel(min_output_tokens=40, max_output_tokens=40))
-    await plan.arun(engine, policy="adaptive")
-    assert unreserved_calls(plan, engine, schedulers[0]) == []
+    result = await plan.arun(engine, policy="adaptive")
+    assert unreserved_calls(plan, engine, result.pipeline_reports[0]) == []
 
 
 async def test_a_child_reserves_the_blocks_it_does_not_share_with_its_parent(
-    make_engine: EngineFactory, schedulers: list[CheckingScheduler]
+    make_engine: EngineFactory,
 ) -> None:
     """The filter reads a 100-word title (prefix: 9 blocks); the join reads only the
-    aspect, so its 75 tokens (prompt + bound, 5 blocks) share just the system prompt's 2
+    aspect, so its 69 tokens (prompt + bound, 5 blocks) share just the system prompt's 2
     full blocks with the parent. It needs 3 new blocks and reserves 5 - 2 = 3
     (subtracting the parent's whole prefix, 5 - 9, left 1)."""
     frame = pd.DataFrame({"title": [" ".join(f"t{j}" for j in range(100))]})
@@ -208,16 +213,17 @@ async def test_a_child_reserves_the_blocks_it_does_not_share_with_its_parent(
         .sem_join(pd.DataFrame({"aspect": ["cheap"]}), "Is {aspect} a word?")
     )
     engine = make_engine(outputs=YES)
-    await plan.arun(engine, policy="sequential")
-    assert unreserved_calls(plan, engine, schedulers[0]) == []
+    result = await plan.arun(engine, policy="sequential")
+    assert [launch.total_blocks for launch in result.pipeline_reports[0].launches] == [11, 3]
+    assert unreserved_calls(plan, engine, result.pipeline_reports[0]) == []
 
 
 async def test_a_task_whose_prompt_does_not_extend_its_parents_keeps_its_own_prefix(
-    make_engine: EngineFactory, schedulers: list[CheckingScheduler]
+    make_engine: EngineFactory,
 ) -> None:
     """The note reads a 100-word title (prefix 9 blocks). The pair reads a 40-word aspect:
     its prefix, [system | aspect], is 5 blocks, of which it shares only the system
-    prompt's 2 with the note; it reserves 8 - 2 = 6. The triple reads the aspect and a
+    prompt's 2 with the note; it reserves 7 - 2 = 5. The triple reads the aspect and a
     topic and reuses all 5 of the pair's blocks: it reserves 8 - 5 = 3. Of those 5, the
     note holds 2; the other 3 are the pair's, so while the triple runs the ledger must
     hold 9 + 3 + 3 = 15 (the pair keeps 5 - 9 -> 0 blocks: 12)."""
@@ -229,10 +235,10 @@ async def test_a_task_whose_prompt_does_not_extend_its_parents_keeps_its_own_pre
         .sem_join(right_table("topic", 1), "Is the {aspect} about {topic}?")
     )
     engine = make_engine(outputs=YES)
-    await plan.arun(engine, policy="sequential")
+    result = await plan.arun(engine, policy="sequential")
 
-    note, pair, triple = schedulers[0].launches
-    assert (note.total_blocks, pair.total_blocks, triple.total_blocks) == (11, 6, 3)
+    note, pair, triple = result.pipeline_reports[0].launches
+    assert (note.total_blocks, pair.total_blocks, triple.total_blocks) == (11, 5, 3)
     assert (pair.parent_prefix_blocks, triple.parent_prefix_blocks) == (9, 5)
-    assert unreserved_calls(plan, engine, schedulers[0]) == []
+    assert unreserved_calls(plan, engine, result.pipeline_reports[0]) == []
     assert triple.ledger_blocks == 9 + 3 + 3

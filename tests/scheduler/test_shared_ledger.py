@@ -1,5 +1,6 @@
 """One engine, several queries: a shared :class:`KVLedger` keeps the sum of every query's
-reservations within the engine's capacity, and each query returns what it returns alone.
+reservations within the engine's capacity (each block charged to its query), and each
+query returns what it returns alone.
 """
 
 from __future__ import annotations
@@ -9,13 +10,12 @@ import asyncio
 import pytest
 
 import kalypso
+from kalypso.core.ledger import KVLedger
+from kalypso.core.memory import MemoryManager, StageBudgets, TaskMemory
 from kalypso.engine.sim import SimOutputModel
 from kalypso.query import QueryResult, Table
-from kalypso.scheduler.memory import KVLedger, MemoryManager, StageBudgets, TaskMemory
 from tests.scheduler.conftest import EngineFactory
-from tests.scheduler.factories import CheckingScheduler, notes, right_table
-
-pytestmark = pytest.mark.usefixtures("schedulers")
+from tests.scheduler.factories import CheckingLedger, check_run, notes, right_table
 
 OUTPUTS = SimOutputModel(yes_rate=0.6, min_output_tokens=4, max_output_tokens=20)
 CAPACITY = 40
@@ -49,17 +49,13 @@ async def alone(make_engine: EngineFactory, plan: Table, policy: str) -> QueryRe
     [("adaptive", "adaptive"), ("adaptive", "parallel-bfs"), ("sequential", "static:0.5")],
 )
 async def test_two_queries_share_one_ledger(
-    make_engine: EngineFactory,
-    schedulers: list[CheckingScheduler],
-    first_policy: str,
-    second_policy: str,
+    make_engine: EngineFactory, first_policy: str, second_policy: str
 ) -> None:
     join_alone = await alone(make_engine, join_query(), first_policy)
     map_alone = await alone(make_engine, map_query(), second_policy)
-    schedulers.clear()
 
     engine = make_engine(num_blocks=CAPACITY, outputs=OUTPUTS)
-    ledger = KVLedger(engine.capacity.num_blocks)
+    ledger = CheckingLedger(engine.capacity.num_blocks)
     joined, mapped = await asyncio.gather(
         join_query().arun(engine, policy=first_policy, ledger=ledger, query_id="join"),
         map_query().arun(engine, policy=second_policy, ledger=ledger, query_id="map"),
@@ -71,11 +67,16 @@ async def test_two_queries_share_one_ledger(
     assert ledger.capacity_blocks == CAPACITY
     assert 0 < ledger.peak_reserved_blocks <= CAPACITY
     assert ledger.reserved_blocks == 0
+    check_run(joined, ledger, owner="join")
+    check_run(mapped, ledger, owner="map")
+    assert ledger.over_commits == []
     # both reports see the shared ledger's peak
     assert joined.peak_reserved_blocks == mapped.peak_reserved_blocks == ledger.peak_reserved_blocks
-    # both really ran at once on the engine
-    assert len(schedulers) == 2
-    assert {r.request_id.split(":")[0] for r in engine.requests} == {"join", "map"}
+    # both really ran at once on the engine: their requests interleave
+    owners = [r.request_id.split(":")[0] for r in engine.requests]
+    assert set(owners) == {"join", "map"}
+    first_map, last_map = owners.index("map"), len(owners) - 1 - owners[::-1].index("map")
+    assert "join" in owners[first_map:last_map]
 
 
 async def test_a_query_waits_while_another_query_runs_on_the_whole_cache(
@@ -86,7 +87,7 @@ async def test_a_query_waits_while_another_query_runs_on_the_whole_cache(
     running - until that task completes; then it runs to the same result."""
     engine = make_engine(num_blocks=CAPACITY, outputs=OUTPUTS)
     ledger = KVLedger(CAPACITY)
-    other = MemoryManager(ledger, StageBudgets([CAPACITY], [1]))
+    other = MemoryManager(ledger, StageBudgets([CAPACITY], [1]), "other")
     hog = TaskMemory(0, CAPACITY, 0)
     other.allocate(hog)
     query = asyncio.ensure_future(join_query().arun(engine, ledger=ledger, query_id="late"))
@@ -99,3 +100,48 @@ async def test_a_query_waits_while_another_query_runs_on_the_whole_cache(
     assert result.frame.equals((await alone(make_engine, join_query(), "adaptive")).frame)
     assert ledger.reserved_blocks == 0
     assert ledger.peak_reserved_blocks == CAPACITY
+
+
+async def test_queries_on_one_ledger_each_return_what_they_return_alone(
+    make_engine: EngineFactory,
+) -> None:
+    """Four queries (two of each plan, every policy kind) on one small ledger at once."""
+    plans = [join_query(), map_query(), join_query(), map_query()]
+    policies = ["adaptive", "sequential", "parallel-bfs", "static:0.3"]
+    alone_frames = [
+        (await alone(make_engine, plan, policy)).frame
+        for plan, policy in zip(plans, policies, strict=True)
+    ]
+    engine = make_engine(num_blocks=CAPACITY, outputs=OUTPUTS)
+    ledger = CheckingLedger(CAPACITY)
+    results = await asyncio.gather(
+        *(
+            plan.arun(engine, policy=policy, ledger=ledger, query_id=f"q{i}")
+            for i, (plan, policy) in enumerate(zip(plans, policies, strict=True))
+        )
+    )
+    for i, (result, frame) in enumerate(zip(results, alone_frames, strict=True)):
+        assert result.frame.equals(frame)
+        check_run(result, ledger, owner=f"q{i}")
+    assert ledger.reserved_blocks == 0
+    assert ledger.owners == frozenset()
+    assert ledger.peak_reserved_blocks <= CAPACITY
+
+
+async def test_two_queries_with_one_id_on_one_ledger_collide_before_any_call(
+    make_engine: EngineFactory,
+) -> None:
+    """One id on one ledger would make the queries release each other's blocks: the
+    second is refused before it sends anything, the first runs to its own result."""
+    engine = make_engine(num_blocks=CAPACITY, outputs=OUTPUTS)
+    ledger = KVLedger(CAPACITY)
+    first = asyncio.ensure_future(join_query().arun(engine, ledger=ledger, query_id="same"))
+    await asyncio.sleep(0)
+    sent = len(engine.requests)
+    with pytest.raises(kalypso.PlanError, match="'same' is already running"):
+        await map_query().arun(engine, ledger=ledger, query_id="same")
+    assert all(r.request_id.startswith("same:") for r in engine.requests)
+    assert not any(":2:sem_map:" in r.request_id for r in engine.requests[sent:])
+    result = await first
+    assert result.frame.equals((await alone(make_engine, join_query(), "adaptive")).frame)
+    assert ledger.reserved_blocks == 0
