@@ -7,7 +7,7 @@ import pytest
 import kalypso
 from kalypso.datasets import reviews
 from kalypso.engine.sim import SimEngine
-from kalypso.query.ideal_cache import IdealPrefixCache
+from kalypso.core.ideal_cache import IdealPrefixCache
 
 
 def test_whole_shared_blocks_are_computed_once() -> None:

@@ -1,5 +1,7 @@
 """The lazy plan API: immutability, output columns, the operator registry, custom
-operators, list-of-dicts input and the result object, on the simulated engine."""
+operators (their call shape is checked when the plan is built, and an LLM operator is
+sized like the built-in ones), list-of-dicts input and the result object, on the
+simulated engine."""
 
 from __future__ import annotations
 
@@ -10,20 +12,24 @@ import pandas as pd
 import pytest
 
 import kalypso
+from kalypso.core.instance import CallOutcome
 from kalypso.engine.sim import SimEngine, SimOutputModel
 from kalypso.query import (
+    BlockingOperator,
     IndexJoin,
+    LLMOperator,
+    Operator,
     OperatorContract,
     PipelinedOperator,
     PlanError,
+    RowOperator,
     SemFilter,
     Table,
     register_operator,
     registered_operators,
 )
-from kalypso.query.context import ExecContext
-from kalypso.query.operators import Schema
-from kalypso.query.rows import Row
+from kalypso.query.operators import Schema, Values
+from kalypso.query.templates import Instruction
 
 EngineFactory = Callable[..., SimEngine]
 
@@ -200,7 +206,7 @@ def test_register_operator_rejects_bad_and_duplicate_names() -> None:
         register_operator("sem_filter", SemFilter)
 
 
-class Uppercase(PipelinedOperator):
+class Uppercase(RowOperator):
     """A tool call without an LLM: appends ``<column>_upper``."""
 
     kind = "uppercase"
@@ -221,8 +227,8 @@ class Uppercase(PipelinedOperator):
     def describe(self) -> str:
         return f"uppercase {self.column} -> {self.output_column}"
 
-    async def apply(self, row: Row, ctx: ExecContext, op_id: str, priority: int) -> Row | None:
-        return row.with_value(self.output_column, str(row.values[self.column]).upper())
+    def apply_row(self, values: Values) -> Values | None:
+        return {self.output_column: str(values[self.column]).upper()}
 
 
 async def test_registered_custom_operator_runs_in_a_plan(make_engine: EngineFactory) -> None:
@@ -312,3 +318,169 @@ async def test_plan_with_no_operators_returns_the_source(make_engine: EngineFact
     result = await kalypso.table(docs()).arun(make_engine())
     pd.testing.assert_frame_equal(result.frame, docs())
     assert result.llm_calls == 0
+
+
+# --------------------------------------------------------------------------- custom operator shapes
+
+
+class OldStyleUppercase(PipelinedOperator):
+    """An operator written against the old API: an ``apply`` coroutine, no ``lower``."""
+
+    kind = "old_uppercase"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+
+    def output_schema(self, schema: Schema) -> Schema:
+        return (*schema, "upper")
+
+    def describe(self) -> str:
+        return "old_uppercase"
+
+    async def apply(self, row: Any, ctx: Any, op_id: str, priority: int) -> Any:
+        return row
+
+
+class Shapeless(Operator):
+    """An operator that is neither pipelined, blocking nor a Cartesian product."""
+
+    kind = "shapeless"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+
+    def output_schema(self, schema: Schema) -> Schema:
+        return schema
+
+    def describe(self) -> str:
+        return "shapeless"
+
+
+class MyBarrier(BlockingOperator):
+    """A custom blocking operator: the executor runs only the built-in barriers."""
+
+    kind = "my_barrier"
+
+    def output_schema(self, schema: Schema) -> Schema:
+        return schema
+
+    def describe(self) -> str:
+        return "my_barrier"
+
+
+@pytest.mark.parametrize(
+    ("operator", "message"),
+    [
+        (OldStyleUppercase(), r"old_uppercase: the operator OldStyleUppercase declares no call"),
+        (Shapeless(), r"neither pipelined, blocking nor a Cartesian product"),
+        (MyBarrier(), r"my_barrier: blocking operators are the built-in sem_topk and sem_agg"),
+    ],
+    ids=["pipelined-without-lower", "no-base-shape", "custom-barrier"],
+)
+def test_an_operator_without_a_call_shape_is_refused_when_the_plan_is_built(
+    operator: Operator, message: str
+) -> None:
+    with pytest.raises(PlanError, match=message) as error:
+        kalypso.table(docs()).sem_filter("Is the {text} ok?").apply(operator)
+    if not isinstance(operator, MyBarrier):
+        assert "LLMOperator" in str(error.value) and "RowOperator" in str(error.value)
+
+
+class Sentiment(LLMOperator):
+    """A custom one-call-per-tuple operator: a one-token decision among two labels."""
+
+    kind = "sentiment"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+    choices = ("positive", "negative")
+
+    def __init__(self, instruction: str) -> None:
+        self.instruction = Instruction.parse(instruction, operator=self.kind)
+        self.task = self.instruction.task_text() + " Answer positive or negative."
+
+    def output_schema(self, schema: Schema) -> Schema:
+        self.instruction.check_columns(schema, operator=self.kind)
+        return (*schema, "sentiment")
+
+    def describe(self) -> str:
+        return f"sentiment {self.instruction.text!r}"
+
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        assert outcome is not None and outcome.decision is not None
+        return {"sentiment": outcome.decision}
+
+
+class Summary(LLMOperator):
+    """A custom generative operator: a long answer that starts below its cap, asked only
+    for texts that mention the battery (``ask``)."""
+
+    kind = "summary"
+    contract: ClassVar[OperatorContract] = OperatorContract(True, False, False)
+    max_tokens = 64
+    first_bound_tokens = 16
+
+    def __init__(self) -> None:
+        self.instruction = Instruction.parse("Summarize the {text}.", operator=self.kind)
+        self.task = self.instruction.task_text()
+
+    def output_schema(self, schema: Schema) -> Schema:
+        return (*schema, "summary")
+
+    def describe(self) -> str:
+        return "summary"
+
+    def ask(self, values: Values) -> bool:
+        return "battery" in str(values["text"])
+
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        return {"summary": outcome.text.strip() if outcome is not None else ""}
+
+
+async def test_a_custom_llm_operator_is_sized_like_sem_filter(make_engine: EngineFactory) -> None:
+    """The scheduler reserves KV blocks for a custom LLMOperator's calls from its own
+    prompt, as for a built-in one: one-token decisions on the same context reserve the
+    same blocks."""
+    custom = kalypso.table(docs()).apply(Sentiment("What is the sentiment of the {text}?"))
+    builtin = kalypso.table(docs()).sem_filter("What is the sentiment of the {text}?")
+    custom_result = await custom.arun(make_engine(), policy="sequential")
+    builtin_result = await builtin.arun(make_engine(), policy="sequential")
+
+    assert custom_result.peak_reserved_blocks > 0
+    assert abs(custom_result.peak_reserved_blocks - builtin_result.peak_reserved_blocks) <= 1
+    assert set(custom_result.frame["sentiment"]) <= {"positive", "negative"}
+    stats = {s.operator: s for s in custom_result.operator_stats}["1:sentiment"]
+    assert (stats.calls, stats.decisions, stats.requests) == (4, 4, 4)
+    launches = custom_result.pipeline_reports[0].launches
+    assert [launch.total_blocks for launch in launches] == [
+        launch.total_blocks for launch in builtin_result.pipeline_reports[0].launches
+    ]
+
+
+async def test_a_custom_generative_operator_is_asked_only_when_it_says_so(
+    make_engine: EngineFactory,
+) -> None:
+    engine = make_engine(outputs=SimOutputModel(min_output_tokens=4, max_output_tokens=8))
+    result = await kalypso.table(docs()).apply(Summary()).arun(engine)
+    stats = {s.operator: s for s in result.operator_stats}["1:summary"]
+    assert stats.calls == 2  # the two texts about the battery
+    assert [bool(s) for s in result.frame["summary"]] == [True, False, False, True]
+    assert result.peak_reserved_blocks > 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"task": ""}, "needs ``task``"),
+        ({"max_tokens": 0}, "max_tokens must be a positive integer"),
+        ({"max_tokens": True}, "max_tokens must be a positive integer"),
+        ({"first_bound_tokens": 2.5}, "first_bound_tokens must be a positive integer"),
+        ({"choices": ("only",)}, "at least two distinct non-empty strings"),
+        ({"choices": ("a", "a")}, "at least two distinct non-empty strings"),
+        ({"choices": ["a", "b"]}, "at least two distinct non-empty strings"),
+        ({"choices": ("a", "b"), "first_bound_tokens": 8}, "not both"),
+        ({"instruction": "Summarize the {text}."}, "needs ``instruction``, an Instruction"),
+    ],
+)
+def test_an_incomplete_llm_operator_is_refused_when_the_plan_is_built(
+    change: dict[str, Any], message: str
+) -> None:
+    operator = Summary()
+    for name, value in change.items():
+        setattr(operator, name, value)
+    with pytest.raises(PlanError, match=f"^summary: .*{message}"):
+        kalypso.table(docs()).apply(operator)

@@ -65,6 +65,7 @@ class _Score(LLMOperator):
 class SemTopK(BlockingOperator):
     kind = "sem_topk"
     contract: ClassVar[OperatorContract] = OperatorContract(False, False, False)
+    builtin_barrier: ClassVar[bool] = True
 
     def __init__(self, instruction: str, k: int) -> None:
         self.instruction = Instruction.parse(instruction, operator=self.kind)
@@ -122,6 +123,7 @@ class _Fold(LLMOperator):
 class SemAgg(BlockingOperator):
     kind = "sem_agg"
     contract: ClassVar[OperatorContract] = OperatorContract(False, False, False)
+    builtin_barrier: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -21,17 +21,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from kalypso.core.errors import PlanError, QueryError, TaskFailed
-from kalypso.core.graph import Slot, Stage
+from kalypso.core.graph import LLMNode, Slot, Stage
 from kalypso.core.instance import Instance
 from kalypso.core.program import StageProgram, render_prompt
 from kalypso.core.report import PipelineReport, StageView
 from kalypso.core.runner import PipelineRunner, RunState, decision_token_ids
-from kalypso.query.blocking_ops import ITEMS_COLUMN, SemAgg, SemTopK
+from kalypso.query.blocking_ops import (
+    ITEM_OVERHEAD_TOKENS,
+    ITEMS_COLUMN,
+    SCORE_COLUMN,
+    SemAgg,
+    SemTopK,
+)
 from kalypso.query.lower import LoweredPipeline, lower
 from kalypso.query.operators import CartesianOperator, LoweringContext
 from kalypso.query.planner import PhysicalPlan
 from kalypso.query.rows import ContextSlot, piece_ids, piece_text
-from kalypso.query.templates import value_to_text
+from kalypso.query.templates import check_text, value_to_text
 
 logger = logging.getLogger(__name__)
 
@@ -68,35 +74,51 @@ def initial_programs(
 
 
 def _check_values(physical: PhysicalPlan, instances: Sequence[Instance]) -> dict[str, list[Any]]:
-    """Every referenced value can become text; returns the right-table columns."""
+    """Every value that will enter a prompt can become text (the rule of
+    :mod:`kalypso.query.templates`); returns the right-table columns.
+
+    Raises:
+        PlanError: naming the operator, the row and the column.
+    """
     source_columns = set(instances[0].values) if instances else set()
     right: dict[str, list[Any]] = {}
     for planned in physical.operators():
-        if isinstance(planned.operator, CartesianOperator):
-            right.update(planned.operator.right_columns())
-        for column in planned.operator.prompt_columns():
-            if column in source_columns:
-                for instance in instances:
-                    value_to_text(instance.values[column], column, instance.key[0])
-            elif column in right:
-                for position, value in enumerate(right[column]):
-                    value_to_text(value, column, f"right row {position}")
+        operator = planned.operator
+        if isinstance(operator, CartesianOperator):
+            right.update(operator.right_columns())
+        try:
+            for column in operator.prompt_columns():
+                if column in source_columns:
+                    for instance in instances:
+                        value_to_text(instance.values[column], column, instance.key[0])
+                elif column in right:
+                    for position, value in enumerate(right[column]):
+                        value_to_text(value, column, f"right row {position}")
+        except PlanError as exc:
+            raise PlanError(f"[{planned.op_id}] {exc}") from None
     return right
 
 
 def _longest_pieces(
-    instances: Sequence[Instance], right: dict[str, list[Any]], state: RunState
+    instances: Sequence[Instance],
+    right: dict[str, list[Any]],
+    columns: set[str],
+    state: RunState,
 ) -> dict[str, tuple[int, str]]:
-    """Per column: (tokens of its longest piece, where it is) over the input rows and the
-    right tables. Input pieces are memoized on the instances the run will use."""
+    """Per referenced column: (tokens of its longest piece, where it is) over the input
+    rows and the right tables. Input pieces are memoized on the instances the run uses."""
     longest: dict[str, tuple[int, str]] = {}
     layout = state.layout
     for instance in instances:
         for column in instance.values:
+            if column not in columns:
+                continue
             size = len(piece_ids(instance, column, layout))
             if size > longest.get(column, (-1, ""))[0]:
                 longest[column] = (size, f"row {instance.key[0]}")
     for column, values in right.items():
+        if column not in columns:
+            continue
         for position, value in enumerate(values):
             size = len(layout.tokenizer.encode(piece_text(column, value, (position,))))
             if size > longest.get(column, (-1, ""))[0]:
@@ -104,41 +126,100 @@ def _longest_pieces(
     return longest
 
 
+def _produced_tokens(physical: PhysicalPlan, state: RunState) -> dict[str, int]:
+    """Per column an LLM call generates: the most tokens its piece can take (the call's
+    cap, some slack for re-tokenizing the decoded text, and the ``[column]`` header)."""
+    produced: dict[str, int] = {}
+    encode = state.layout.tokenizer.encode
+    for planned in physical.operators():
+        operator = planned.operator
+        columns: tuple[str, ...] = tuple(getattr(operator, "new_columns", ()))
+        if isinstance(operator, SemAgg):
+            columns = (operator.output_column,)
+        elif isinstance(operator, SemTopK):
+            columns = (SCORE_COLUMN,)
+        for column in columns:
+            header = len(encode(piece_text(column, "", (0,))))
+            produced[column] = header + operator.max_output_tokens() + 8
+    return produced
+
+
+def _checked_nodes(lowered: Sequence[LoweredPipeline], context: LoweringContext) -> list[LLMNode]:
+    """Every LLM node of the plan: the pipelines' stages and the barriers' calls."""
+    nodes: list[LLMNode] = []
+    for pipeline in lowered:
+        barrier = pipeline.barrier
+        if barrier is not None and isinstance(barrier.operator, SemTopK):
+            scorer = barrier.operator.scorer().lower(barrier.op_id, context)
+            nodes.extend(n for n in scorer if isinstance(n, LLMNode))
+        for stage in pipeline.stages:
+            nodes.extend(stage.llm_nodes())
+    return nodes
+
+
 def _check_prompt_sizes(
-    pipeline: LoweredPipeline,
+    nodes: Sequence[LLMNode],
     longest: dict[str, tuple[int, str]],
     produced: dict[str, int],
     state: RunState,
 ) -> None:
-    """The longest prompt each call of the first pipeline can have must fit the model's
-    context and the KV cache (prompt plus cap)."""
+    """The longest prompt each call can have (every column at its longest value, generated
+    columns at their cap) plus the call's cap must fit the model's context and the KV
+    cache."""
     capacity = state.engine.capacity
     limit = min(capacity.max_model_len_tokens, capacity.total_tokens)
     empty = Instance((), {})
-    for stage in pipeline.stages:
-        for node in stage.llm_nodes():
-            static = render_prompt(node, empty, state.layout)[0].length_tokens
-            size, worst, where = static, "", ""
-            for message in node.messages:
-                for part in message.parts:
-                    if not isinstance(part, Slot) or not isinstance(part.source, ContextSlot):
-                        continue
-                    for column in part.source.columns:
-                        if column in longest:
-                            tokens, place = longest[column]
-                        else:  # produced by an earlier LLM call: at most its cap
-                            tokens, place = produced.get(column, 0), "generated"
-                        size += tokens
-                        if not worst or tokens > longest.get(worst, (0, ""))[0]:
-                            worst, where = column, place
-            needed = size + node.max_tokens
-            if needed > limit:
-                what = "model context" if limit == capacity.max_model_len_tokens else "KV cache"
+    for node in nodes:
+        size = render_prompt(node, empty, state.layout)[0].length_tokens
+        worst, worst_tokens, where = "", -1, ""
+        for message in node.messages:
+            for part in message.parts:
+                if not isinstance(part, Slot) or not isinstance(part.source, ContextSlot):
+                    continue
+                for column in part.source.columns:
+                    if column in longest:
+                        tokens, place = longest[column]
+                    else:  # generated by an earlier call: at most its cap
+                        tokens, place = produced.get(column, 0), "generated text"
+                    size += tokens
+                    if tokens > worst_tokens:
+                        worst, worst_tokens, where = column, tokens, place
+        output = 1 if node.decision is not None else node.max_tokens
+        if size + output > limit:
+            what = "model context" if limit == capacity.max_model_len_tokens else "KV cache"
+            raise PlanError(
+                f"[{node.op_id}] {where or 'the instruction'}: a prompt of up to {size} tokens"
+                f" (longest column {worst!r}) plus {output} output tokens exceeds the"
+                f" {what} of {limit} tokens"
+            )
+
+
+def _check_agg(
+    agg: SemAgg,
+    op_id: str,
+    instances: Sequence[Instance],
+    longest: dict[str, tuple[int, str]],
+    produced: dict[str, int],
+    state: RunState,
+) -> None:
+    """A ``sem_agg`` item that can never fit one call is refused now (never truncated)."""
+    max_model_len = state.engine.capacity.max_model_len_tokens
+    try:
+        agg.check_fits(max_model_len)
+        window = agg.window_tokens(max_model_len)
+        columns = agg.instruction.columns
+        if instances and all(c in instances[0].values for c in columns):
+            agg.pack([agg.item_text(i) for i in instances], state.layout.tokenizer, window)
+        elif all(c in longest or c in produced for c in columns):
+            bound = sum(longest[c][0] if c in longest else produced[c] for c in columns)
+            if bound + ITEM_OVERHEAD_TOKENS > window:
                 raise PlanError(
-                    f"[{node.op_id}] {where}: a prompt of up to {size} tokens (longest"
-                    f" column {worst!r}) plus {node.max_tokens} output tokens exceeds the"
-                    f" {what} of {limit} tokens"
+                    f"sem_agg: an item can have {bound + ITEM_OVERHEAD_TOKENS} tokens (its"
+                    f" columns {list(columns)} at their longest), more than the {window} one"
+                    " call can carry; shorten them or lower their operators' max_tokens"
                 )
+    except PlanError as exc:
+        raise PlanError(f"[{op_id}] {exc}") from None
 
 
 def precheck(
@@ -149,32 +230,24 @@ def precheck(
 ) -> None:
     """Fail before any LLM call on values that cannot enter a prompt, prompts that cannot
     fit, and decisions one token cannot answer."""
+    check_text(state.options.system_prompt, "system_prompt")
     right = _check_values(physical, instances)
-    longest = _longest_pieces(instances, right, state)
-    produced: dict[str, int] = {}
-    for planned in physical.operators():
-        op = planned.operator
-        for column in getattr(op, "new_columns", ()):
-            produced[column] = op.max_output_tokens() + 8
-    _check_prompt_sizes(lowered[0], longest, produced, state)
+    referenced = {c for planned in physical.operators() for c in planned.operator.prompt_columns()}
+    longest = _longest_pieces(instances, right, referenced, state)
+    produced = _produced_tokens(physical, state)
+    context = LoweringContext(state.options.system_prompt, state.layout)
+    nodes = _checked_nodes(lowered, context)
+    _check_prompt_sizes(nodes, longest, produced, state)
+    for node in nodes:
+        if node.decision is not None:
+            try:
+                decision_token_ids(node, state.layout)
+            except ValueError as exc:
+                raise PlanError(str(exc)) from None
     for pipeline in lowered:
-        for stage in pipeline.stages:
-            for node in stage.llm_nodes():
-                if node.decision is not None:
-                    try:
-                        decision_token_ids(node, state.layout)
-                    except ValueError as exc:
-                        raise PlanError(str(exc)) from None
         barrier = pipeline.barrier
         if barrier is not None and isinstance(barrier.operator, SemAgg):
-            agg = barrier.operator
-            agg.check_fits(state.engine.capacity.max_model_len_tokens)
-            if instances and all(c in instances[0].values for c in agg.instruction.columns):
-                agg.pack(
-                    [agg.item_text(i) for i in instances],
-                    state.layout.tokenizer,
-                    agg.window_tokens(state.engine.capacity.max_model_len_tokens),
-                )
+            _check_agg(barrier.operator, barrier.op_id, instances, longest, produced, state)
 
 
 # --------------------------------------------------------------------------- running

@@ -13,6 +13,7 @@ Right-table columns whose names exist on the left are renamed ``<name>_right``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -21,10 +22,10 @@ import pandas as pd
 from kalypso.core.errors import PlanError
 from kalypso.core.instance import CallOutcome, Instance
 from kalypso.query.index import CascadeThresholds, VectorIndex
-from kalypso.query.llm_ops import SemFilter
+from kalypso.query.llm_ops import SemFilter, positive_int
 from kalypso.query.operators import CartesianOperator, OperatorContract, Schema, Values
 from kalypso.query.shared_index import index_for
-from kalypso.query.templates import Instruction
+from kalypso.query.templates import Instruction, value_to_text
 
 DISTANCE_COLUMN = "join_distance"
 
@@ -56,6 +57,43 @@ def _renamed_right_columns(left: Schema, right: pd.DataFrame) -> dict[str, str]:
             " rename them before joining"
         )
     return renames
+
+
+def _check_number(value: Any, name: str, *, positive: bool = False) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PlanError(f"sem_join index: {name} must be a finite number or None, got {value!r}")
+    if positive and value < 0:
+        raise PlanError(f"sem_join index: {name} must be >= 0, got {value!r}")
+
+
+def _check_index(index: Any, right: pd.DataFrame) -> Instruction:
+    """Validate an :class:`IndexJoin` against the right table; returns its left query.
+
+    Raises:
+        PlanError: a bad field, or a right-column value that cannot be embedded.
+    """
+    if not isinstance(index, IndexJoin):
+        raise PlanError(f"sem_join: index must be a kalypso.IndexJoin, got {index!r}")
+    if not isinstance(index.right_column, str) or index.right_column not in right.columns:
+        raise PlanError(
+            f"sem_join index: right column {index.right_column!r} not in {list(right.columns)}"
+        )
+    if index.k is None and index.max_distance is None:
+        raise PlanError("sem_join index: give k, max_distance, or both")
+    if index.k is not None:
+        positive_int(index.k, "sem_join index", "k")
+    _check_number(index.max_distance, "max_distance", positive=True)
+    _check_number(index.accept_below, "accept_below")
+    _check_number(index.reject_above, "reject_above")
+    try:
+        index.thresholds()
+    except ValueError as exc:
+        raise PlanError(f"sem_join index: {exc}") from None
+    for position, value in enumerate(right[index.right_column]):
+        value_to_text(value, index.right_column, f"right row {position}")
+    return Instruction.parse(index.left, operator="sem_join index")
 
 
 @dataclass(frozen=True)
@@ -93,20 +131,7 @@ class CartesianProduct(CartesianOperator):
         self._query: Instruction | None = None
         self._vector_index: VectorIndex | None = None
         if index is not None:
-            if index.right_column not in self._right.columns:
-                raise PlanError(
-                    f"sem_join index: right column {index.right_column!r} not in"
-                    f" {list(self._right.columns)}"
-                )
-            if index.k is None and index.max_distance is None:
-                raise PlanError("sem_join index: give k, max_distance, or both")
-            if index.k is not None and index.k <= 0:
-                raise PlanError(f"sem_join index: k must be positive, got {index.k}")
-            try:
-                index.thresholds()
-            except ValueError as exc:
-                raise PlanError(f"sem_join index: {exc}") from exc
-            self._query = Instruction.parse(index.left, operator="sem_join index")
+            self._query = _check_index(index, self._right)
 
     @property
     def right_name(self) -> str:
@@ -138,6 +163,10 @@ class CartesianProduct(CartesianOperator):
             f" on {ix.right_column} k={ix.k} max_distance={ix.max_distance}"
         )
 
+    def prompt_columns(self) -> tuple[str, ...]:
+        """An indexed product renders its left query from these columns."""
+        return self._query.columns if self._query is not None else ()
+
     def can_pair(self, instance: Instance) -> bool:
         return self._query is None or all(c in instance.values for c in self._query.columns)
 
@@ -156,7 +185,8 @@ class CartesianProduct(CartesianOperator):
         """The index over the right column, built once (and shared through the cache)."""
         assert self.index is not None
         if self._vector_index is None:
-            texts = [str(v) for v in self._right[self.index.right_column]]
+            column = self.index.right_column
+            texts = [value_to_text(v, column) for v in self._right[column]]
             self._vector_index = index_for(texts)
         return self._vector_index
 

@@ -48,10 +48,15 @@ def check_new_column(column: Any, schema: Schema, operator: str) -> None:
         raise PlanError(f"{operator}: output column {column!r} already exists")
 
 
-def positive_tokens(value: Any, operator: str, name: str = "max_tokens") -> int:
+def positive_int(value: Any, operator: str, name: str) -> int:
+    """``value`` if it is a positive ``int`` (not a bool, a float or a string)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise PlanError(f"{operator}: {name} must be a positive integer, got {value!r}")
     return value
+
+
+def positive_tokens(value: Any, operator: str, name: str = "max_tokens") -> int:
+    return positive_int(value, operator, name)
 
 
 def check_flag(value: Any, operator: str, name: str) -> bool:

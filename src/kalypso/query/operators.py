@@ -35,6 +35,7 @@ fails when it is built). See ``docs/operators.md``.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ from kalypso.core.graph import (
 from kalypso.core.instance import CallOutcome, Instance
 from kalypso.core.prompt import ChatLayout
 from kalypso.query.rows import ContextSlot
-from kalypso.query.templates import Instruction
+from kalypso.query.templates import Instruction, check_text
 
 Schema = tuple[str, ...]
 Values = dict[str, Any]
@@ -120,11 +121,15 @@ class Operator(ABC):
 
 
 class PipelinedOperator(Operator):
-    """One tuple in, at most one tuple out: lowers to task-graph nodes."""
+    """One tuple in, at most one tuple out: lowers to task-graph nodes.
 
-    @abstractmethod
+    Subclass :class:`LLMOperator` or :class:`RowOperator`, which lower themselves; a
+    direct subclass must implement :meth:`lower` (a plan with one that does not is
+    refused when it is built)."""
+
     def lower(self, op_id: str, context: LoweringContext) -> list[LLMNode | FnNode]:
         """This operator's nodes, in order, with ids starting with ``op_id``."""
+        raise PlanError(no_call_shape(self))
 
 
 def user_prompt(columns: tuple[str, ...], task: str, system_prompt: str) -> tuple[Message, ...]:
@@ -152,6 +157,51 @@ class LLMOperator(PipelinedOperator):
     def ask(self, values: Values) -> bool:
         """Whether to call the LLM for this tuple (False: ``on_answer`` gets None)."""
         return True
+
+    def check_call(self) -> None:
+        """Refuse an incomplete call shape (checked when the plan is built).
+
+        Raises:
+            PlanError: naming the operator and the attribute.
+        """
+        name = getattr(self, "kind", type(self).__name__)
+        instruction = getattr(self, "instruction", None)
+        if not isinstance(instruction, Instruction):
+            raise PlanError(
+                f"{name}: an LLMOperator needs ``instruction``, an Instruction"
+                f" (Instruction.parse(text, operator=...)), got {instruction!r}"
+            )
+        task = getattr(self, "task", None)
+        if not isinstance(task, str) or not task.strip():
+            raise PlanError(f"{name}: an LLMOperator needs ``task``, the text after the context")
+        check_text(task, f"{name}: the task")
+        max_tokens = self.max_tokens
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise PlanError(f"{name}: max_tokens must be a positive integer, got {max_tokens!r}")
+        first = self.first_bound_tokens
+        if first is not None and (
+            isinstance(first, bool) or not isinstance(first, int) or first < 1
+        ):
+            raise PlanError(
+                f"{name}: first_bound_tokens must be a positive integer or None, got {first!r}"
+            )
+        choices = self.choices
+        if choices is not None:
+            if (
+                not isinstance(choices, tuple)
+                or len(choices) < 2
+                or any(not isinstance(c, str) or not c.strip() for c in choices)
+                or len(set(choices)) != len(choices)
+            ):
+                raise PlanError(
+                    f"{name}: choices must be a tuple of at least two distinct non-empty"
+                    f" strings, got {choices!r}"
+                )
+            if first is not None:
+                raise PlanError(
+                    f"{name}: give choices (a one-token decision) or first_bound_tokens (a"
+                    " long answer), not both"
+                )
 
     @abstractmethod
     def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
@@ -215,9 +265,11 @@ class RowOperator(PipelinedOperator):
 
 class BlockingOperator(Operator):
     """Consumes its whole materialized input (``sem_topk``, ``sem_agg``); run by the
-    executor as a barrier between pipelines."""
+    executor as a barrier between pipelines. Only the built-in ones (``builtin_barrier``)
+    can run: a plan with another is refused when it is built."""
 
     contract: ClassVar[OperatorContract] = OperatorContract(False, False, False)
+    builtin_barrier: ClassVar[bool] = False
 
 
 class CartesianOperator(Operator):
@@ -255,6 +307,42 @@ class CartesianOperator(Operator):
         )
 
 
+def no_call_shape(operator: Operator) -> str:
+    name = getattr(operator, "kind", type(operator).__name__)
+    return (
+        f"{name}: the operator {type(operator).__name__} declares no call shape; subclass"
+        " LLMOperator (one LLM call per tuple: instruction, task, max_tokens, choices or"
+        " first_bound_tokens, on_answer) or RowOperator (plain Python: apply_row), or"
+        " implement lower() (see docs/operators.md)"
+    )
+
+
+def check_shape(operator: Operator) -> None:
+    """Refuse, when the plan is built, an operator the executor cannot run: one that
+    declares no call shape, or an LLM operator whose shape is incomplete.
+
+    Raises:
+        PlanError: naming the operator and what is missing.
+    """
+    if isinstance(operator, PipelinedOperator):
+        if type(operator).lower is PipelinedOperator.lower:
+            raise PlanError(no_call_shape(operator))
+        if isinstance(operator, LLMOperator):
+            operator.check_call()
+    elif isinstance(operator, BlockingOperator):
+        if not operator.builtin_barrier:
+            raise PlanError(
+                f"{getattr(operator, 'kind', type(operator).__name__)}: blocking operators"
+                " are the built-in sem_topk and sem_agg; write a custom operator as an"
+                " LLMOperator or RowOperator (per tuple) instead"
+            )
+    elif not isinstance(operator, CartesianOperator):
+        raise PlanError(
+            f"operator {operator!r} is neither pipelined, blocking nor a Cartesian product:"
+            f" {no_call_shape(operator)}"
+        )
+
+
 OperatorFactory = Callable[..., Operator]
 _REGISTRY: dict[str, OperatorFactory] = {}
 
@@ -272,12 +360,22 @@ def build_operator(name: str, *args: Any, **kwargs: Any) -> Operator:
     """Build a registered operator by name.
 
     Raises:
-        PlanError: unknown name (the message lists the registered ones).
+        PlanError: unknown name (the message lists the registered ones), or arguments the
+            factory does not take.
     """
-    factory = _REGISTRY.get(name)
+    factory = _REGISTRY.get(name) if isinstance(name, str) else None
     if factory is None:
         raise PlanError(f"unknown operator {name!r}; registered: {sorted(_REGISTRY)}")
-    return factory(*args, **kwargs)
+    try:
+        inspect.signature(factory).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise PlanError(f"{name}: {exc}") from None
+    except ValueError:  # no signature to check (a builtin): let the call say
+        pass
+    operator = factory(*args, **kwargs)
+    if not isinstance(operator, Operator):
+        raise PlanError(f"operator {name!r}: its factory returned {operator!r}, not an Operator")
+    return operator
 
 
 def registered_operators() -> list[str]:

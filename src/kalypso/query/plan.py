@@ -18,6 +18,7 @@ operator raises :class:`~kalypso.query.templates.PlanError` at once.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 import uuid
@@ -48,6 +49,7 @@ from kalypso.query.operators import LoweringContext, Operator, build_operator
 from kalypso.query.planner import PhysicalPlan, explain, plan, validate
 from kalypso.query.python_ops import IndexSearch, PyFilter, PyMap
 from kalypso.query.rows import input_instances
+from kalypso.query.templates import check_text
 
 logger = logging.getLogger(__name__)
 
@@ -170,15 +172,58 @@ def compare_decisions(a: QueryResult, b: QueryResult) -> tuple[int, list[Decisio
     return differing, ties
 
 
+DECISION_OPERATORS = ("sem_filter", "sem_join", "sem_classify")
+"""Operators whose LLM answer is one constrained token (no output bound to set)."""
+
+
+def _build(name: str, factory: Callable[..., Operator], *args: Any, **kwargs: Any) -> Operator:
+    """``factory(*args, **kwargs)``, with arguments it does not take refused as a
+    :class:`PlanError` naming the operator (instead of a bare TypeError)."""
+    if name in DECISION_OPERATORS:
+        for option in ("max_tokens", "first_bound_tokens"):
+            if option in kwargs:
+                raise PlanError(
+                    f"{name}: its answer is one constrained token (a decision), so it takes"
+                    f" no {option}"
+                )
+    try:
+        inspect.signature(factory).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise PlanError(f"{name}: {exc}") from None
+    return factory(*args, **kwargs)
+
+
 def _as_frame(data: pd.DataFrame | Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """The table as a DataFrame, refused (:class:`PlanError`) when it is not one, or its
+    column names are not distinct strings on one line each."""
     if isinstance(data, pd.DataFrame):
         frame = data
-    elif isinstance(data, Sequence) and all(isinstance(r, dict) for r in data):
+    elif (
+        isinstance(data, Sequence)
+        and not isinstance(data, str | bytes)
+        and all(isinstance(r, dict) for r in data)
+    ):
         frame = pd.DataFrame(list(data))
     else:
-        raise PlanError("a table is a pandas DataFrame or a list of dicts")
-    if any(not isinstance(c, str) for c in frame.columns):
-        raise PlanError(f"column names must be strings, got {list(frame.columns)}")
+        raise PlanError(
+            f"a table is a pandas DataFrame or a list of dicts, got {type(data).__name__}"
+        )
+    columns = list(frame.columns)
+    if any(not isinstance(c, str) for c in columns):
+        raise PlanError(f"column names must be strings, got {columns}")
+    duplicates = sorted({c for c in columns if columns.count(c) > 1})
+    if duplicates:
+        raise PlanError(
+            f"the table has duplicate column names {duplicates}; rename them (a tuple has"
+            " one value per column name)"
+        )
+    for column in columns:
+        check_text(column, f"column name {column!r}")
+        if not column or "\n" in column or "\r" in column:
+            raise PlanError(
+                f"column name {column!r} must be a non-empty name on one line (it heads"
+                " its value in prompts as [column])"
+            )
     return frame.reset_index(drop=True)
 
 
@@ -192,6 +237,8 @@ class Table:
         operators: tuple[Operator, ...] = (),
     ) -> None:
         self._source = _as_frame(source)
+        if not isinstance(name, str) or not name:
+            raise PlanError(f"a table name is a non-empty string, got {name!r}")
         self._name = name
         self._operators = operators
         self._schema = validate(operators, tuple(self._source.columns))
@@ -226,18 +273,20 @@ class Table:
         return self.apply(build_operator(name, *args, **kwargs))
 
     def sem_filter(self, instruction: str, **kwargs: Any) -> Table:
-        return self.apply(SemFilter(instruction, **kwargs))
+        return self.apply(_build("sem_filter", SemFilter, instruction, **kwargs))
 
     def sem_map(self, instruction: str, output_column: str, **kwargs: Any) -> Table:
-        return self.apply(SemMap(instruction, output_column, **kwargs))
+        return self.apply(_build("sem_map", SemMap, instruction, output_column, **kwargs))
 
     def sem_extract(self, instruction: str, fields: list[str], **kwargs: Any) -> Table:
-        return self.apply(SemExtract(instruction, fields, **kwargs))
+        return self.apply(_build("sem_extract", SemExtract, instruction, fields, **kwargs))
 
     def sem_classify(
         self, instruction: str, labels: list[str], output_column: str = "label", **kwargs: Any
     ) -> Table:
-        return self.apply(SemClassify(instruction, labels, output_column, **kwargs))
+        return self.apply(
+            _build("sem_classify", SemClassify, instruction, labels, output_column, **kwargs)
+        )
 
     def sem_join(
         self,
@@ -248,14 +297,15 @@ class Table:
         **kwargs: Any,
     ) -> Table:
         """Cartesian product with ``right`` (or its index candidates), then a predicate."""
-        try:
-            thresholds = index.thresholds() if index is not None else None
-        except ValueError as exc:
-            raise PlanError(f"sem_join index: {exc}") from exc
-        return self.apply(
-            CartesianProduct(right, index),
-            JoinPredicate(instruction, thresholds=thresholds, **kwargs),
-        )
+        if "thresholds" in kwargs:
+            raise PlanError(
+                "sem_join: give the cascade thresholds as index=IndexJoin(...,"
+                " accept_below=..., reject_above=...)"
+            )
+        product = CartesianProduct(right, index)  # validates the index first
+        thresholds = index.thresholds() if index is not None else None
+        predicate = _build("sem_join", JoinPredicate, instruction, thresholds=thresholds, **kwargs)
+        return self.apply(product, predicate)
 
     def index_search(
         self, corpus: Sequence[str] | pd.Series, query: str, k: int, output_column: str = "evidence"
@@ -266,7 +316,7 @@ class Table:
         return self.apply(SemTopK(instruction, k))
 
     def sem_agg(self, instruction: str, output_column: str = "aggregate", **kwargs: Any) -> Table:
-        return self.apply(SemAgg(instruction, output_column, **kwargs))
+        return self.apply(_build("sem_agg", SemAgg, instruction, output_column, **kwargs))
 
     def map(self, fn: Callable[[dict[str, Any]], Any], output_column: str) -> Table:
         return self.apply(PyMap(fn, output_column))
@@ -320,7 +370,7 @@ class Table:
             )
         if not isinstance(options, RunOptions):
             raise PlanError(f"options must be a RunOptions, got {options!r}")
-        if engine is None or not hasattr(engine, "generate"):
+        if engine is None or not isinstance(engine, Engine):
             raise PlanError(
                 f"arun needs an engine (kalypso.engine.protocol.Engine), got {engine!r}"
             )

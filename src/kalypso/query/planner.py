@@ -24,6 +24,7 @@ from kalypso.query.operators import (
     Operator,
     PipelinedOperator,
     Schema,
+    check_shape,
 )
 
 
@@ -75,9 +76,26 @@ class PhysicalPlan:
 
 
 def validate(operators: tuple[Operator, ...], schema: Schema) -> Schema:
-    """Check every operator against the columns it receives; return the final columns."""
+    """Check every operator's call shape and the columns it receives; return the final
+    columns.
+
+    Raises:
+        PlanError: an operator the executor cannot run, or bad columns.
+    """
     for operator in operators:
+        check_shape(operator)
         schema = operator.output_schema(schema)
+        if not isinstance(schema, tuple) or any(not isinstance(c, str) for c in schema):
+            raise PlanError(
+                f"{getattr(operator, 'kind', type(operator).__name__)}: output_schema must"
+                f" return a tuple of column names, got {schema!r}"
+            )
+        duplicates = sorted({c for c in schema if schema.count(c) > 1})
+        if duplicates:
+            raise PlanError(
+                f"{getattr(operator, 'kind', type(operator).__name__)}: the output would have"
+                f" duplicate columns {duplicates}"
+            )
     return schema
 
 

@@ -9,10 +9,10 @@ import pandas as pd
 
 from kalypso.core.errors import PlanError
 from kalypso.query.index import VectorIndex
-from kalypso.query.llm_ops import check_new_column
+from kalypso.query.llm_ops import check_new_column, positive_int
 from kalypso.query.operators import OperatorContract, RowOperator, Schema, Values
 from kalypso.query.shared_index import index_for
-from kalypso.query.templates import Instruction
+from kalypso.query.templates import Instruction, check_text
 
 
 class PyMap(RowOperator):
@@ -74,14 +74,27 @@ class IndexSearch(RowOperator):
         k: int,
         output_column: str = "evidence",
     ) -> None:
-        passages = [str(p) for p in corpus] if corpus is not None else []
+        if (
+            corpus is None
+            or isinstance(corpus, str | bytes)
+            or not isinstance(corpus, Sequence | pd.Series)
+        ):
+            raise PlanError(
+                f"index_search: the corpus must be a list of passages (strings), got"
+                f" {type(corpus).__name__}"
+            )
+        passages: list[str] = []
+        for position, passage in enumerate(corpus):
+            if not isinstance(passage, str):
+                raise PlanError(
+                    f"index_search: passage {position} of the corpus is {passage!r}, not a string"
+                )
+            passages.append(check_text(passage, f"index_search: passage {position}"))
         if not passages:
             raise PlanError("index_search: the corpus is empty")
-        if k <= 0:
-            raise PlanError(f"index_search: k must be positive, got {k}")
+        self.k = positive_int(k, self.kind, "k")
         self.passages = passages
         self.query = Instruction.parse(query, operator=self.kind)
-        self.k = k
         self.output_column = output_column
         self._index: VectorIndex | None = None
 
@@ -89,6 +102,10 @@ class IndexSearch(RowOperator):
         self.query.check_columns(schema, operator=self.kind)
         check_new_column(self.output_column, schema, self.kind)
         return (*schema, self.output_column)
+
+    def prompt_columns(self) -> tuple[str, ...]:
+        """The query's columns: their values are rendered into the search query."""
+        return self.query.columns
 
     def describe(self) -> str:
         return (
