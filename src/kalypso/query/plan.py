@@ -356,9 +356,15 @@ class Table:
         options: RunOptions | None = None,
         *,
         ledger: KVLedger | None = None,
+        layout: ChatLayout | None = None,
         **option_values: Any,
     ) -> QueryResult:
-        """Run the plan on ``engine`` (async). See :meth:`run`."""
+        """Run the plan on ``engine`` (async). See :meth:`run`.
+
+        ``layout`` is the chat layout prompts are built with (default: a new one for the
+        engine's tokenizer). Pass one to share its memoized message boundaries and static
+        texts between runs on one engine; its ``builds`` counter counts the prompts built
+        (each call's prompt is built exactly once, its continuations reuse it)."""
         if options is None:
             try:
                 options = RunOptions(**option_values)
@@ -376,6 +382,12 @@ class Table:
             )
         if ledger is not None and not isinstance(ledger, KVLedger):
             raise PlanError(f"ledger must be a KVLedger, got {ledger!r}")
+        if layout is not None and (
+            not isinstance(layout, ChatLayout) or layout.tokenizer is not engine.tokenizer
+        ):
+            raise PlanError(
+                f"layout must be a ChatLayout of the engine's own tokenizer, got {layout!r}"
+            )
         policy = options.resolved_policy()
         physical = self.physical_plan()
         owner = options.query_id or f"q{uuid.uuid4().hex[:8]}"
@@ -384,7 +396,7 @@ class Table:
             estimator=TokenBoundEstimator() if options.estimate_bounds else None,
             fixed_bound_tokens=options.fixed_bound_tokens,
         )
-        state = RunState.create(engine, options, owner, ledger, bounds)
+        state = RunState.create(engine, options, owner, ledger, bounds, layout)
         try:
             state.ledger.register(owner)
         except ValueError as exc:
@@ -453,7 +465,8 @@ class Table:
         ``pinning``, ``max_tasks_in_flight``, ``max_continuations``, ``alpha``/``beta``,
         ``estimate_bounds``, ``fixed_bound_tokens``, ``call_timeout_s``,
         ``near_tie_margin``, ``system_prompt``, ``query_id``, ``progress``. ``ledger=``
-        shares one :class:`~kalypso.core.ledger.KVLedger` between runs on one engine.
+        shares one :class:`~kalypso.core.ledger.KVLedger` between runs on one engine;
+        ``layout=`` one :class:`~kalypso.core.prompt.ChatLayout` (see :meth:`arun`).
 
         Raises:
             PlanError: before any LLM call, for bad options, values that cannot enter a
