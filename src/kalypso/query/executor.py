@@ -285,11 +285,14 @@ async def _run_barrier(
         return op.select(scored)
     assert isinstance(op, SemAgg)
     stats.rows_in = len(instances)
+    if not instances:  # nothing to aggregate: one empty answer, no call
+        stats.rows_out = 1
+        return [Instance((0,), {op.output_column: ""})]
     texts = [op.item_text(i) for i in instances]
     window = op.window_tokens(state.engine.capacity.max_model_len_tokens)
     nodes = op.folder().lower(planned.op_id, context)
     while True:
-        groups = op.pack(texts, state.layout.tokenizer, window) if texts else [""]
+        groups = op.pack(texts, state.layout.tokenizer, window)
         holders = [Instance((g,), {ITEMS_COLUMN: text}) for g, text in enumerate(groups)]
         folded, report = await _run_stage(nodes, holders, state, on_update)
         reports.append(report)

@@ -15,8 +15,8 @@ Generative operators:
 * ``sem_map``: the answer, stripped, is the new column. ``max_tokens`` is a hard cap;
   calls start at a smaller bound (``first_bound_tokens``, default 64: what the scheduler
   reserves KV memory for) and are continued up to the cap when they reach it.
-* ``sem_extract``: lines ``field: value``; a field without a line -> ``None`` (counted in
-  ``unparsed``).
+* ``sem_extract``: lines ``field: value``; a field without a line is ``None`` (the
+  model did not say).
 """
 
 from __future__ import annotations

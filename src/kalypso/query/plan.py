@@ -6,9 +6,9 @@
             .sem_filter("Does the {text} discuss battery life?")
             .sem_map("What does the {text} say about the battery?", "battery_summary"))
     print(plan.explain())
-    result = plan.run(engine, policy="pipelined")
+    result = plan.run(engine, policy="adaptive")
     result.frame        # the output table
-    result.stats        # per-operator calls, prompt/cached tokens, retries, time
+    result.stats        # per-operator calls, requests, continuations, tokens, time
 
 Every method returns a new :class:`Table`; nothing runs until :meth:`Table.run`. Plans are
 validated as they are built: a missing column, an empty instruction or an unknown
