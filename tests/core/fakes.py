@@ -59,6 +59,7 @@ class FakeProgram:
     stage: int
     key_: tuple[int, ...]
     ran_parent: bool = False
+    parent: FakeProgram | None = None
     instance: Instance | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +68,21 @@ class FakeProgram:
     @property
     def key(self) -> tuple[int, ...]:
         return self.key_
+
+    @property
+    def stage_index(self) -> int:
+        return self.stage
+
+    @property
+    def prefix_parent(self) -> FakeProgram | None:
+        return self.parent
+
+    def prefix_holders(self, children: Sequence[TaskProgram]) -> int:
+        return len(children)
+
+    def output(self) -> Instance | None:
+        last = self.stage + 1 == len(self.workload.sizes)
+        return self.instance if last else None
 
     @property
     def origin(self) -> Instance:
@@ -85,7 +101,7 @@ class FakeProgram:
             return []
         fanout = self.workload.fanouts[self.stage]
         return [
-            FakeProgram(self.workload, self.stage + 1, (*self.key_, j), ran_parent=ran)
+            FakeProgram(self.workload, self.stage + 1, (*self.key_, j), ran_parent=ran, parent=self)
             for j in range(fanout)
         ]
 

@@ -58,7 +58,9 @@ async def test_a_failing_query_releases_its_reservation_and_the_next_query_runs(
     assert isinstance(failure.value.__cause__, ZeroDivisionError)
     assert failure.value.op_id == "2:map" and failure.value.key == (1,)
     assert_ledger_empty(ledger)
-    good = await within(kalypso.table(docs()).sem_filter("Is {text} ok?").arun(engine, ledger=ledger))
+    good = await within(
+        kalypso.table(docs()).sem_filter("Is {text} ok?").arun(engine, ledger=ledger)
+    )
     assert good.llm_calls == 4
     assert_ledger_empty(ledger)
     await engine.close()
@@ -67,9 +69,7 @@ async def test_a_failing_query_releases_its_reservation_and_the_next_query_runs(
 def query(number: int) -> kalypso.Table:
     """Eight different queries over different texts (they share only the system prompt)."""
     tag = "abcdefgh"[number]
-    plan = kalypso.table(docs(6, 60, tag), name=f"t{number}").sem_filter(
-        "Is the {text} relevant?"
-    )
+    plan = kalypso.table(docs(6, 60, tag), name=f"t{number}").sem_filter("Is the {text} relevant?")
     if number % 2:
         aspects = pd.DataFrame({"aspect": [f"{tag}a{k} {tag}b{k}" for k in range(3)]})
         plan = plan.sem_join(aspects, "Does the {aspect} hold for the {text}?")
@@ -167,7 +167,9 @@ class HangingSim(SimEngine):
         return await super().generate(request)
 
 
-async def test_a_hung_engine_times_out_and_releases_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_hung_engine_times_out_and_releases_everything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from kalypso.core import runner
 
     monkeypatch.setattr(runner, "BACKSTOP_GRACE_S", 0.0)
@@ -182,7 +184,12 @@ async def test_a_hung_engine_times_out_and_releases_everything(monkeypatch: pyte
 
 
 async def test_a_failed_query_unpins_what_it_pinned() -> None:
-    engine = FailingSim("q:3:sem_join:1.1", num_blocks=64, block_size_tokens=16, outputs=SimOutputModel(yes_rate=1.0))
+    engine = FailingSim(
+        "q:3:sem_join:1.1",
+        num_blocks=64,
+        block_size_tokens=16,
+        outputs=SimOutputModel(yes_rate=1.0),
+    )
     ledger = KVLedger(64)
     plan = (
         kalypso.table(docs(4, 30))
@@ -190,7 +197,9 @@ async def test_a_failed_query_unpins_what_it_pinned() -> None:
         .sem_join(pd.DataFrame({"aspect": ["p q", "r s"]}), "Does {aspect} hold for {text}?")
     )
     with pytest.raises(QueryError):
-        await plan.arun(engine, ledger=ledger, pinning="explicit", query_id="q", policy="sequential")
+        await plan.arun(
+            engine, ledger=ledger, pinning="explicit", query_id="q", policy="sequential"
+        )
     assert engine.block_pool.pin_keys() == []
     assert_ledger_empty(ledger)
     await engine.close()

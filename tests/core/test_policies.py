@@ -67,7 +67,9 @@ async def test_a_new_policy_returns_the_same_table_as_the_builtins() -> None:
     )
     results = []
     for policy in ("operator-at-a-time", "adaptive", "halves"):
-        engine = SimEngine(num_blocks=64, block_size_tokens=16, outputs=SimOutputModel(yes_rate=0.6))
+        engine = SimEngine(
+            num_blocks=64, block_size_tokens=16, outputs=SimOutputModel(yes_rate=0.6)
+        )
         results.append(await plan.arun(engine, policy=policy))
         await engine.close()
     assert results[2].policy == "halves"

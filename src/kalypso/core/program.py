@@ -86,15 +86,49 @@ class TaskProgram(Protocol):
     def key(self) -> InstanceKey: ...
 
     @property
+    def stage_index(self) -> int:
+        """The stage (budget group) the task belongs to."""
+        ...
+
+    @property
+    def prefix_parent(self) -> TaskProgram | None:
+        """The task whose prompt this task's prompt extends (it holds that prefix for
+        this task until this task is done); None for none."""
+        ...
+
+    @property
     def origin(self) -> Instance: ...
 
     def planned_calls(self) -> list[PlannedCall]: ...
 
     def expected_cached_tokens(self, prompt: Prompt) -> int: ...
 
-    def children(self) -> Sequence[TaskProgram]: ...
+    def children(self) -> Sequence[TaskProgram]:
+        """The tasks this one's completion makes ready (after it ran)."""
+        ...
+
+    def prefix_holders(self, children: Sequence[TaskProgram]) -> int:
+        """How many tasks (given its ``children``, or made ready later) will name this
+        task their ``prefix_parent``: its prefix is held until they are all done."""
+        ...
+
+    def output(self) -> Instance | None:
+        """The instance, when this task's completion ends its whole run (a result)."""
+        ...
 
     def sample_children(self, limit: int) -> Sequence[TaskProgram]: ...
+
+
+class RunnableProgram(TaskProgram, Protocol):
+    """What the runner needs besides: the steps of the task."""
+
+    def next_step(self) -> CallStep | FnStep | None: ...
+
+    def run_fn(self, step: FnStep) -> None: ...
+
+    def on_call_result(self, outcome: CallOutcome) -> None: ...
+
+    def hold_partial(self, generated: TokenIds) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -121,9 +155,11 @@ class StageProgram:
         stage_index: int,
         instance: Instance,
         context: ProgramContext,
+        prefix_parent: StageProgram | None = None,
     ) -> None:
         self._stages = stages
         self.stage = stages[stage_index]
+        self._prefix_parent = prefix_parent
         self.instance: Instance | None = instance
         self._context = context
         self._layout = context.layout
@@ -134,6 +170,21 @@ class StageProgram:
         self._counted_in: set[str] = set()
 
     # ---- for sizing --------------------------------------------------------------
+    @property
+    def stage_index(self) -> int:
+        return self.stage.index
+
+    @property
+    def prefix_parent(self) -> StageProgram | None:
+        return self._prefix_parent
+
+    def prefix_holders(self, children: Sequence[TaskProgram]) -> int:
+        return len(children)
+
+    def output(self) -> Instance | None:
+        last = self.stage.index + 1 == len(self._stages)
+        return self.instance if last else None
+
     @property
     def key(self) -> InstanceKey:
         assert self.instance is not None
@@ -250,4 +301,4 @@ class StageProgram:
             stats = self._stats_for(fan_out.op_id)
             stats.rows_in += 1
             stats.rows_out += len(children)
-        return [StageProgram(self._stages, index, child, self._context) for child in children]
+        return [StageProgram(self._stages, index, child, self._context, self) for child in children]

@@ -32,14 +32,21 @@ from dataclasses import dataclass, field
 
 from kalypso.core.bounds import BoundPolicy
 from kalypso.core.errors import TaskFailed
-from kalypso.core.graph import LLMNode, Stage
+from kalypso.core.graph import LLMNode
 from kalypso.core.ideal_cache import IdealPrefixCache
 from kalypso.core.instance import CallOutcome, Instance
 from kalypso.core.ledger import KVLedger
 from kalypso.core.options import RunOptions
-from kalypso.core.program import CallStep, FnStep, ProgramContext, StageProgram, TaskProgram
+from kalypso.core.program import (
+    CallStep,
+    FnStep,
+    ProgramContext,
+    RunnableProgram,
+    TaskProgram,
+)
 from kalypso.core.prompt import ChatLayout, Prompt
 from kalypso.core.report import PipelineReport, StageView
+from kalypso.core.result_cache import PromptResultCache
 from kalypso.core.scheduler import CoreSettings, Grow, SchedulerCore, Task, TaskOutcome
 from kalypso.core.stats import OperatorStats
 from kalypso.engine.protocol import Engine, EngineTimeoutError, GenerateRequest, GenerateResult
@@ -63,6 +70,8 @@ class RunState:
     ideal_cache: IdealPrefixCache
     decisions: list[tuple[str, tuple[int, ...], str, float]] = field(default_factory=list)
     """``(op_id, instance key, choice, margin)`` of every constrained decision."""
+    result_cache: PromptResultCache | None = None
+    """Greedy answers reused instead of recomputed (workflows; None: off)."""
 
     @classmethod
     def create(
@@ -128,22 +137,30 @@ def read_decision(node: LLMNode, layout: ChatLayout, result: GenerateResult) -> 
     return by_token[chosen], mine - max(others)
 
 
+def runnable(task: Task) -> RunnableProgram:
+    """The task's program, which the runner can step through."""
+    program = task.program
+    if not hasattr(program, "next_step"):
+        raise TypeError(f"the runner cannot step a {type(program).__name__}")
+    return program  # type: ignore[return-value]
+
+
 class PipelineRunner:
-    """Runs one pipeline (stages joined by fan-outs) on its input instances."""
+    """Runs one pipeline of ``num_stages`` stages (joined by fan-outs, or the depths of a
+    DAG) on its first tasks' programs."""
 
     def __init__(
         self,
         state: RunState,
-        stages: Sequence[Stage],
+        num_stages: int,
         on_update: OnUpdate | None = None,
     ) -> None:
         self.state = state
-        self.stages = stages
         self.on_update = on_update
         options = state.options
         policy = options.resolved_policy()
         self.core = SchedulerCore(
-            len(stages),
+            num_stages,
             state.ledger,
             state.owner,
             policy,
@@ -232,9 +249,7 @@ class PipelineRunner:
 
     # ---- one task ------------------------------------------------------------------
     async def _run_task(self, task: Task, done: asyncio.Queue[TaskOutcome]) -> None:
-        program = task.program
-        if not isinstance(program, StageProgram):
-            raise TypeError(f"the runner runs StageProgram tasks, got {type(program).__name__}")
+        program = runnable(task)
         op_id = ""
         try:
             while (step := program.next_step()) is not None:
@@ -256,23 +271,31 @@ class PipelineRunner:
         done.put_nowait(TaskOutcome(task))
 
     async def _generate(self, request: GenerateRequest) -> GenerateResult:
-        """``engine.generate`` with a backstop: every engine enforces ``timeout_s`` itself
-        (and aborts the request); an engine that does not is cut off a little later."""
+        """``engine.generate`` through the result cache (when on), with a backstop: every
+        engine enforces ``timeout_s`` itself (and aborts the request); an engine that does
+        not is cut off a little later."""
+        cache = self.state.result_cache
+        if cache is not None and (cached := cache.get(request)) is not None:
+            return cached
         if request.timeout_s is None:
-            return await self.state.engine.generate(request)
-        try:
-            async with asyncio.timeout(request.timeout_s + BACKSTOP_GRACE_S):
-                return await self.state.engine.generate(request)
-        except TimeoutError:
-            raise EngineTimeoutError(
-                f"request {request.request_id!r} did not finish in {request.timeout_s} s"
-            ) from None
+            result = await self.state.engine.generate(request)
+        else:
+            try:
+                async with asyncio.timeout(request.timeout_s + BACKSTOP_GRACE_S):
+                    result = await self.state.engine.generate(request)
+            except TimeoutError:
+                raise EngineTimeoutError(
+                    f"request {request.request_id!r} did not finish in {request.timeout_s} s"
+                ) from None
+        if cache is not None:
+            cache.put(request, result)
+        return result
 
     async def _call(self, task: Task, step: CallStep) -> Grow | None:
         state = self.state
         node = step.node
-        program = task.program
-        assert isinstance(program, StageProgram) and program.instance is not None
+        program = runnable(task)
+        assert program.instance is not None
         instance = program.instance
         bound = task.bounds.get(node.op_id) or state.bounds.first_bound(
             node, step.prompt.length_tokens

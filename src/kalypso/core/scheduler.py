@@ -155,6 +155,9 @@ class SchedulerCore:
         self._ids = itertools.count()
         self._iteration = 0
         self._owners: dict[int, Task] = {}
+        """Tasks not yet done, by the id of their memory."""
+        self._by_program: dict[int, Task] = {}
+        """The same, by the id of their program (children name their prefix parent's)."""
         self._to_unpin: list[str] = []
         caps = [c for c in (policy.max_running_tasks, self.settings.max_running_tasks) if c]
         self._max_running = min(caps) if caps else None
@@ -172,7 +175,8 @@ class SchedulerCore:
         self.report.initial_budgets_blocks = list(budgets)
         self.report.min_budgets_blocks = list(minimums)
         for program in programs:
-            self.waiting[0].append(self._new_task(0, program, None))
+            task = self._new_task(program.stage_index, program, None)
+            self.waiting[task.stage].append(task)
         logger.debug("%s: budgets %s, minimums %s", self.owner, budgets, minimums)
 
     @property
@@ -311,21 +315,34 @@ class SchedulerCore:
         assert self.memory is not None
         program = task.program
         children = [
-            self._new_task(task.stage + 1, child, task.memory) for child in program.children()
+            self._new_task(child.stage_index, child, self._holder_of(child))
+            for child in program.children()
         ]
-        if not children and program.instance is not None and task.stage + 1 == self.num_stages:
-            self.outputs.append(program.instance)
+        output = program.output()
+        if output is not None:
+            self.outputs.append(output)
         if self.policy.memory_aware:
-            done = self.memory.complete(task.memory, children=len(children))
+            holders = program.prefix_holders([c.program for c in children])
+            done = self.memory.complete(task.memory, children=holders)
         else:
             done = [task.memory] if not children else []
         for finished in done:
             self.done_per_stage[finished.stage] += 1
             owner = self._owners.pop(id(finished), None)
-            if owner is not None and owner.pin_key is not None:
-                self._to_unpin.append(owner.pin_key)
-        if children:
-            self.waiting[task.stage + 1].extend(children)
+            if owner is not None:
+                self._by_program.pop(id(owner.program), None)
+                if owner.pin_key is not None:
+                    self._to_unpin.append(owner.pin_key)
+        for child in children:
+            self.waiting[child.stage].append(child)
+
+    def _holder_of(self, program: TaskProgram) -> TaskMemory | None:
+        """The memory of the task holding ``program``'s prefix (its ``prefix_parent``)."""
+        parent = program.prefix_parent
+        if parent is None:
+            return None
+        task = self._by_program.get(id(parent))
+        return task.memory if task is not None else None
 
     def _rebalance_view(self) -> RebalanceView:
         assert self.memory is not None
@@ -393,6 +410,7 @@ class SchedulerCore:
         task.priority = self.policy.priority(stage, self.num_stages)
         self._size(task)
         self._owners[id(task.memory)] = task
+        self._by_program[id(program)] = task
         return task
 
     def _size(self, task: Task) -> None:

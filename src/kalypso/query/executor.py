@@ -260,7 +260,7 @@ async def _run_stage(
     on_update: Callable[[list[StageView]], None] | None,
 ) -> tuple[list[Instance], PipelineReport]:
     stages = (Stage(0, None, tuple(stage_nodes)),)
-    runner = PipelineRunner(state, stages, on_update)
+    runner = PipelineRunner(state, len(stages), on_update)
     out = await runner.run(initial_programs(stages, instances, state))
     return out, runner.report
 
@@ -339,7 +339,7 @@ async def execute(
                 done.instances = await _run_barrier(
                     pipeline, done.instances, state, done.reports, update
                 )
-            runner = PipelineRunner(state, pipeline.stages, update)
+            runner = PipelineRunner(state, len(pipeline.stages), update)
             try:
                 done.instances = await runner.run(
                     initial_programs(pipeline.stages, done.instances, state)

@@ -1,0 +1,56 @@
+"""Batch agentic workflows on Kalypso's core (the Helium paper): a lazy DSL, an optimizer
+(pruning, common-subgraph elimination, a prompt/result cache), lowering to the core's
+token-exact task graph, and scheduling by the core's policies.
+
+    from kalypso import workflow as wf
+    ...
+    result = await wf.arun(flow, engine, {"question": questions})
+"""
+
+from kalypso.workflow.dsl import (
+    LLM,
+    Conversation,
+    Fn,
+    Input,
+    Message,
+    Text,
+    Value,
+    Workflow,
+    assistant,
+    chat,
+    cond,
+    const,
+    fmt,
+    fn,
+    input,
+    llm,
+    loop,
+    system,
+    user,
+)
+from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
+
+__all__ = [
+    "LLM",
+    "Conversation",
+    "Fn",
+    "Input",
+    "Message",
+    "Text",
+    "Value",
+    "Workflow",
+    "WorkflowOptions",
+    "WorkflowResult",
+    "arun",
+    "assistant",
+    "chat",
+    "cond",
+    "const",
+    "fmt",
+    "fn",
+    "input",
+    "llm",
+    "loop",
+    "system",
+    "user",
+]

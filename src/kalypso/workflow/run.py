@@ -1,0 +1,239 @@
+"""Running workflows on a batch: optimize, lower, schedule on the core, read the outputs."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from kalypso.core.bounds import BoundPolicy
+from kalypso.core.dataflow import FlowPlan, root_programs
+from kalypso.core.errors import PlanError, QueryError, TaskFailed
+from kalypso.core.estimator import TokenBoundEstimator
+from kalypso.core.instance import Instance
+from kalypso.core.ledger import KVLedger
+from kalypso.core.options import RunOptions
+from kalypso.core.progress import ProgressView
+from kalypso.core.report import PipelineReport
+from kalypso.core.result_cache import CacheStats, PromptResultCache
+from kalypso.core.runner import PipelineRunner, RunState
+from kalypso.core.stats import OperatorStats, stats_frame
+from kalypso.engine.protocol import Engine
+from kalypso.workflow.dsl import Workflow
+from kalypso.workflow.lower import Lowered, lower
+from kalypso.workflow.optimize import Rewrites
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM = ""
+
+
+@dataclass(frozen=True)
+class WorkflowOptions:
+    """The workflow optimizer's switches (each is one of the paper's ablations when off).
+
+    Attributes:
+        merge: common-subgraph elimination of greedy calls.
+        result_cache: reuse greedy answers to identical prompts (a fresh cache per run,
+            unless ``cache`` is given to share one across runs).
+    """
+
+    merge: bool = True
+    result_cache: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("merge", "result_cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise PlanError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class WorkflowResult:
+    """Outputs (one row per query, a column per output) and what the run cost."""
+
+    outputs: pd.DataFrame
+    stats: pd.DataFrame
+    operator_stats: tuple[OperatorStats, ...]
+    policy: str
+    engine: str
+    time_s: float
+    report: PipelineReport
+    rewrites: Rewrites
+    cache: CacheStats | None
+
+    @property
+    def llm_calls(self) -> int:
+        return sum(s.calls for s in self.operator_stats)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(s.prompt_tokens for s in self.operator_stats)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(s.cached_tokens for s in self.operator_stats)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def min_prefill_tokens(self) -> int:
+        return sum(s.min_prefill_tokens for s in self.operator_stats)
+
+    @property
+    def hit_rate(self) -> float:
+        """Prompt tokens served from the prefix cache (or the result cache)."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def summary(self) -> str:
+        hits = f", result cache {self.cache.hits} hits" if self.cache else ""
+        return (
+            f"{self.policy} on {self.engine}: {self.time_s:.2f} s, {self.llm_calls} calls,"
+            f" {self.prompt_tokens} prompt tokens, {self.prefill_tokens} computed"
+            f" (minimum {self.min_prefill_tokens}), prefix hit rate {self.hit_rate:.1%}{hits}"
+        )
+
+
+def batch_instances(
+    lowered: Lowered, inputs: Mapping[str, Sequence[Any]] | pd.DataFrame
+) -> list[Instance]:
+    """One instance per query from the input columns.
+
+    Raises:
+        PlanError: a missing or unknown input, columns of different lengths, no query, or
+            a value that is not text.
+    """
+    if isinstance(inputs, pd.DataFrame):
+        inputs = {str(c): list(inputs[c]) for c in inputs.columns}
+    if not isinstance(inputs, Mapping):
+        raise PlanError(f"inputs must map input names to lists of texts, got {inputs!r}")
+    missing = [n for n in lowered.inputs if n not in inputs]
+    unknown = [n for n in inputs if n not in lowered.inputs]
+    if missing or unknown:
+        raise PlanError(
+            f"workflow inputs are {list(lowered.inputs)}; missing {missing}, unknown {unknown}"
+        )
+    lengths = {n: len(v) for n, v in inputs.items() if not isinstance(v, str)}
+    if len(lengths) != len(inputs):
+        raise PlanError("each input is a list of texts (one per query), not a single string")
+    if len(set(lengths.values())) > 1:
+        raise PlanError(f"inputs have different lengths: {lengths}")
+    size = next(iter(lengths.values()), 1)
+    if size == 0:
+        raise PlanError("the batch is empty")
+    instances = []
+    for q in range(size):
+        values = {}
+        for name in lowered.inputs:
+            value = inputs[name][q]
+            if not isinstance(value, str):
+                raise PlanError(f"input {name!r}, query {q}: expected text, got {value!r}")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise PlanError(f"input {name!r}, query {q}: invalid text ({exc})") from None
+            values[name] = value
+        instances.append(Instance((q,), values))
+    return instances
+
+
+async def arun(
+    workflows: Workflow | Sequence[Workflow],
+    engine: Engine,
+    inputs: Mapping[str, Sequence[Any]] | pd.DataFrame,
+    options: RunOptions | None = None,
+    *,
+    workflow_options: WorkflowOptions | None = None,
+    ledger: KVLedger | None = None,
+    cache: PromptResultCache | None = None,
+    **option_values: Any,
+) -> WorkflowResult:
+    """Run ``workflows`` (one, or several submitted together and optimized as one) on the
+    batch ``inputs`` (input name -> one text per query).
+
+    ``options`` are the core's :class:`~kalypso.core.options.RunOptions` (or their fields
+    as keywords): the policy, the timeouts, progress. ``cache`` shares a prompt/result
+    cache across runs (the second day of a workflow run daily).
+
+    Raises:
+        PlanError: before any call, for bad inputs or options.
+        QueryError: the run failed after it started (nothing it held is left behind;
+            ``partial`` holds the queries that had finished).
+    """
+    flows = [workflows] if isinstance(workflows, Workflow) else list(workflows)
+    if not flows or not all(isinstance(w, Workflow) for w in flows):
+        raise PlanError(f"expected a Workflow or a list of them, got {workflows!r}")
+    if options is None:
+        try:
+            options = RunOptions(**{"system_prompt": DEFAULT_SYSTEM, **option_values})
+        except TypeError as exc:
+            raise PlanError(f"arun: {exc}") from None
+    switches = workflow_options or WorkflowOptions()
+    lowered = lower(flows, merge=switches.merge)
+    instances = batch_instances(lowered, inputs)
+    plan = FlowPlan.of(lowered.graph)
+    policy = options.resolved_policy()
+    owner = options.query_id or f"w{uuid.uuid4().hex[:8]}"
+    bounds = BoundPolicy(
+        bounded=policy.bounded_outputs,
+        estimator=TokenBoundEstimator() if options.estimate_bounds else None,
+        fixed_bound_tokens=options.fixed_bound_tokens,
+    )
+    state = RunState.create(engine, options, owner, ledger, bounds)
+    if switches.result_cache:
+        state.result_cache = cache or PromptResultCache(engine.name)
+    try:
+        state.ledger.register(owner)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
+    started = time.monotonic()
+    logger.info(
+        "workflow %s: %d queries, policy %s, on %s", owner, len(instances), policy.name, engine.name
+    )
+    runner = PipelineRunner(state, plan.num_stages)
+    programs = root_programs(plan, instances, state.program_context())
+
+    def hit_rate() -> tuple[int, int]:
+        return (
+            sum(s.cached_tokens for s in state.stats.values()),
+            sum(s.prompt_tokens for s in state.stats.values()),
+        )
+
+    def result(done: list[Instance]) -> WorkflowResult:
+        rows = [lowered.read_outputs(i) for i in sorted(done, key=lambda i: i.key)]
+        frame = pd.DataFrame(rows, columns=list(lowered.outputs))
+        operator_stats = tuple(state.stats.values())
+        return WorkflowResult(
+            outputs=frame,
+            stats=stats_frame(list(operator_stats)),
+            operator_stats=operator_stats,
+            policy=policy.name,
+            engine=engine.name,
+            time_s=time.monotonic() - started,
+            report=runner.report,
+            rewrites=lowered.canon.rewrites,
+            cache=state.result_cache.stats if state.result_cache else None,
+        )
+
+    try:
+        with ProgressView(enabled=options.progress, hit_rate=hit_rate) as view:
+            runner.on_update = lambda views: view.update(1, views)
+            done = await runner.run(programs)
+    except TaskFailed as failure:
+        raise QueryError(
+            f"workflow {owner} failed: {failure}",
+            partial=result(list(runner.core.outputs)),
+            op_id=failure.op_id,
+            key=failure.key,
+        ) from failure.cause
+    finally:
+        state.ledger.unregister(owner)
+    out = result(done)
+    logger.info("workflow %s done: %s", owner, out.summary())
+    return out
