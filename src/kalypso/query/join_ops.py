@@ -49,8 +49,9 @@ def _right_records(right: Any, operator: str) -> tuple[str, pd.DataFrame]:
 
 
 def _renamed_right_columns(left: Schema, right: pd.DataFrame) -> dict[str, str]:
-    renames = {c: (f"{c}_right" if c in left else c) for c in map(str, right.columns)}
-    clashes = [new for old, new in renames.items() if new != old and new in left]
+    names = [str(c) for c in right.columns]
+    renames = {c: (f"{c}_right" if c in left else c) for c in names}
+    clashes = [new for old, new in renames.items() if new != old and (new in left or new in names)]
     if clashes:
         raise PlanError(
             f"sem_join: right columns would be renamed to {clashes}, which already exist;"

@@ -34,7 +34,7 @@ from kalypso.query.operators import (
     Schema,
     Values,
 )
-from kalypso.query.templates import Instruction
+from kalypso.query.templates import Instruction, check_text
 
 DEFAULT_MAP_MAX_TOKENS = 256
 DEFAULT_FIRST_BOUND_TOKENS = 64
@@ -196,7 +196,10 @@ class SemClassify(_Question):
 
     def __init__(self, instruction: str, labels: list[str], output_column: str = "label") -> None:
         self._setup(instruction)
-        cleaned = [label.strip() for label in string_list(labels, self.kind, "labels")]
+        cleaned = [
+            check_text(label, f"{self.kind}: label {position}").strip()
+            for position, label in enumerate(string_list(labels, self.kind, "labels"))
+        ]
         if len(cleaned) < 2 or any(not label for label in cleaned):
             raise PlanError(f"sem_classify: give at least two non-empty labels, got {labels!r}")
         if len({label.lower() for label in cleaned}) != len(cleaned):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -203,7 +204,17 @@ def _as_frame(data: pd.DataFrame | Sequence[dict[str, Any]]) -> pd.DataFrame:
         and not isinstance(data, str | bytes)
         and all(isinstance(r, dict) for r in data)
     ):
-        frame = pd.DataFrame(list(data))
+        records = list(data)
+        try:
+            frame = pd.DataFrame(records)
+        except UnicodeEncodeError:  # pandas' string columns refuse invalid text: say where
+            for row, record in enumerate(records):
+                for key, value in record.items():
+                    if isinstance(key, str):
+                        check_text(key, f"row {row}: column name {key!a}")
+                    if isinstance(value, str):
+                        check_text(value, f"column {key!a}, row {row}")
+            raise
     else:
         raise PlanError(
             f"a table is a pandas DataFrame or a list of dicts, got {type(data).__name__}"
@@ -366,6 +377,11 @@ class Table:
         texts between runs on one engine; its ``builds`` counter counts the prompts built
         (each call's prompt is built exactly once, its continuations reuse it)."""
         if options is None:
+            if "max_retries" in option_values:
+                raise PlanError(
+                    "arun: max_retries is now max_continuations (a call that reaches its"
+                    " output bound is continued, not retried from scratch)"
+                )
             try:
                 options = RunOptions(**option_values)
             except TypeError as exc:
@@ -376,7 +392,10 @@ class Table:
             )
         if not isinstance(options, RunOptions):
             raise PlanError(f"options must be a RunOptions, got {options!r}")
-        if engine is None or not isinstance(engine, Engine):
+        for name in ("alpha", "beta", "near_tie_margin", "deadlock_check_s"):
+            if not math.isfinite(getattr(options, name)):
+                raise PlanError(f"{name} must be a finite number, got {getattr(options, name)!r}")
+        if engine is None or isinstance(engine, type) or not isinstance(engine, Engine):
             raise PlanError(
                 f"arun needs an engine (kalypso.engine.protocol.Engine), got {engine!r}"
             )
