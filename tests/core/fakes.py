@@ -74,6 +74,10 @@ class FakeProgram:
         return self.stage
 
     @property
+    def op_key(self) -> str:
+        return f"stage{self.stage}"
+
+    @property
     def prefix_parent(self) -> FakeProgram | None:
         return self.parent
 

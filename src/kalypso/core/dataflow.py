@@ -35,6 +35,9 @@ from kalypso.engine.blocks import cache_hit_tokens, shared_full_blocks
 
 logger = logging.getLogger(__name__)
 
+ROOT = "root"
+"""The operator key of an instance's root task."""
+
 
 @dataclass(frozen=True)
 class FlowPlan:
@@ -201,6 +204,10 @@ class DataflowProgram:
     @property
     def stage_index(self) -> int:
         return 0 if self.node is None else self.flow.plan.stage_of[self.node.node_id]
+
+    @property
+    def op_key(self) -> str:
+        return ROOT if self.node is None else self.node.node_id
 
     @property
     def prefix_parent(self) -> DataflowProgram | None:

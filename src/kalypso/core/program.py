@@ -91,6 +91,11 @@ class TaskProgram(Protocol):
         ...
 
     @property
+    def op_key(self) -> str:
+        """The operator the task runs (a task-graph node id, or its stage)."""
+        ...
+
+    @property
     def prefix_parent(self) -> TaskProgram | None:
         """The task whose prompt this task's prompt extends (it holds that prefix for
         this task until this task is done); None for none."""
@@ -173,6 +178,10 @@ class StageProgram:
     @property
     def stage_index(self) -> int:
         return self.stage.index
+
+    @property
+    def op_key(self) -> str:
+        return f"stage{self.stage.index}"
 
     @property
     def prefix_parent(self) -> StageProgram | None:

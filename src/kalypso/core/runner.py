@@ -37,6 +37,7 @@ from kalypso.core.ideal_cache import IdealPrefixCache
 from kalypso.core.instance import CallOutcome, Instance
 from kalypso.core.ledger import KVLedger
 from kalypso.core.options import RunOptions
+from kalypso.core.policies import PlanInfo, Policy
 from kalypso.core.program import (
     CallStep,
     FnStep,
@@ -154,11 +155,14 @@ class PipelineRunner:
         state: RunState,
         num_stages: int,
         on_update: OnUpdate | None = None,
+        plan: PlanInfo | None = None,
     ) -> None:
         self.state = state
         self.on_update = on_update
         options = state.options
         policy = options.resolved_policy()
+        if plan is not None:
+            policy.prepare(plan)
         self.core = SchedulerCore(
             num_stages,
             state.ledger,
@@ -179,6 +183,10 @@ class PipelineRunner:
     @property
     def report(self) -> PipelineReport:
         return self.core.report
+
+    @property
+    def policy(self) -> Policy:
+        return self.core.policy
 
     async def run(self, programs: Sequence[TaskProgram]) -> list[Instance]:
         """Run the pipeline; returns its output instances ordered by key.

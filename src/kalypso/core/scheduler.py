@@ -36,7 +36,7 @@ from kalypso.core.bounds import BoundPolicy, next_bound
 from kalypso.core.instance import Instance
 from kalypso.core.ledger import KVLedger
 from kalypso.core.memory import MemoryManager, StageBudgets, TaskMemory
-from kalypso.core.policies.base import Policy, RebalanceView
+from kalypso.core.policies.base import Policy, RebalanceView, RunInfo, TaskInfo
 from kalypso.core.program import TaskProgram
 from kalypso.core.report import BudgetMove, Launch, PipelineReport, StageView
 from kalypso.core.sizing import min_budgets, size_task
@@ -149,6 +149,7 @@ class SchedulerCore:
         self.running_per_stage = [0] * num_stages
         self.done_per_stage = [0] * num_stages
         self.outputs: list[Instance] = []
+        self.completed_per_op: dict[str, int] = {}
         self.report = PipelineReport(policy=policy.name)
         self.pinning = self.settings.explicit_pinning
         self.memory: MemoryManager | None = None
@@ -189,6 +190,10 @@ class SchedulerCore:
         assert self.memory is not None
         admitted: list[Task] = []
         unpin, self._to_unpin = self._to_unpin, []
+        if self.policy.ranked:
+            self._launch_ranked(admitted)
+            self._check_stuck()
+            return SchedulerOutput(admitted, unpin)
         for stage in self._launch_order():
             queue = self.waiting[stage]
             while queue:
@@ -202,6 +207,44 @@ class SchedulerCore:
                 queue.popleft()
                 self._admit(task)
                 admitted.append(task)
+        self._check_stuck()
+        return SchedulerOutput(admitted, unpin)
+
+    def _launch_ranked(self, admitted: list[Task]) -> None:
+        """Ranked policies: every waiting task in rank order, each one the policy's gate
+        lets through and the memory admits (the first that does not fit stops the launch,
+        so the order holds)."""
+        assert self.memory is not None
+        waiting = sorted(
+            (t for queue in self.waiting for t in queue),
+            key=lambda t: self.policy.rank(self.info(t)),
+        )
+        run = self.run_info()
+        for task in waiting:
+            if self._max_running is not None and len(self.running) >= self._max_running:
+                return
+            if not self.policy.gate(self.info(task), run):
+                continue
+            if not task.admitted:
+                self._size(task)
+            if not self._admits(task):
+                return
+            self.waiting[task.stage].remove(task)
+            self._admit(task)
+            admitted.append(task)
+            run = self.run_info()
+
+    def info(self, task: Task) -> TaskInfo:
+        return TaskInfo(task.task_id, task.stage, task.key, task.program.op_key)
+
+    def run_info(self) -> RunInfo:
+        return RunInfo(
+            completed=self.completed_per_op,
+            finished=frozenset(i.key for i in self.outputs),
+            running=[self.info(t) for t in self.running.values()],
+        )
+
+    def _check_stuck(self) -> None:
         if not self.running and any(self.waiting) and self.ledger.running_tasks == 0:
             heads = [
                 (s, q[0].key, q[0].memory.total_blocks) for s, q in enumerate(self.waiting) if q
@@ -211,7 +254,6 @@ class SchedulerCore:
                 f" running; the ledger holds {self.ledger.reserved_blocks} of"
                 f" {self.ledger.capacity_blocks} blocks"
             )
-        return SchedulerOutput(admitted, unpin)
 
     def _launch_order(self) -> list[int]:
         if not self.policy.operator_at_a_time:
@@ -314,6 +356,8 @@ class SchedulerCore:
     def _complete(self, task: Task) -> None:
         assert self.memory is not None
         program = task.program
+        op = program.op_key
+        self.completed_per_op[op] = self.completed_per_op.get(op, 0) + 1
         children = [
             self._new_task(child.stage_index, child, self._holder_of(child))
             for child in program.children()

@@ -18,6 +18,7 @@ from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.instance import Instance
 from kalypso.core.ledger import KVLedger
 from kalypso.core.options import RunOptions
+from kalypso.core.policies import PlanInfo
 from kalypso.core.progress import ProgressView
 from kalypso.core.report import PipelineReport
 from kalypso.core.result_cache import CacheStats, PromptResultCache
@@ -196,7 +197,13 @@ async def arun(
     logger.info(
         "workflow %s: %d queries, policy %s, on %s", owner, len(instances), policy.name, engine.name
     )
-    runner = PipelineRunner(state, plan.num_stages)
+    info = PlanInfo(
+        lowered.graph,
+        [i.key for i in instances],
+        state.layout,
+        engine.capacity.block_size_tokens,
+    )
+    runner = PipelineRunner(state, plan.num_stages, plan=info)
     programs = root_programs(plan, instances, state.program_context())
 
     def hit_rate() -> tuple[int, int]:

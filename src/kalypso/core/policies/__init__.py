@@ -12,6 +12,11 @@ static:R             the first stage gets fraction R of the memory, the last the
                      stages between their minimums (``static:0.3`` = a 3:7 split)
 sequential           one task at a time, deepest stage first (sequential depth-first)
 operator-at-a-time   the baseline: each operator over the whole table, materialized
+cache-aware          workflows: Helium's order over the templated radix tree
+(alias: helium)
+querywise, opwise,   workflow baselines (:mod:`.workflow_baselines`)
+opwise-stream,
+all-ready
 ==================== =================================================================
 
 Every budget-based policy starts each stage at or above its minimum budget and Rebalance
@@ -21,16 +26,21 @@ sampled); a stage then below it still runs one task at a time (the idle-stage ru
 
 from kalypso.core.policies import (
     adaptive,
+    cache_aware,
     operator_at_a_time,
     parallel_bfs,
     parallel_dfs,
     sequential,
     static_split,
+    workflow_baselines,
 )
 from kalypso.core.policies.base import (
+    PlanInfo,
     Policy,
     PolicyError,
     RebalanceView,
+    RunInfo,
+    TaskInfo,
     get_policy,
     policy_names,
     register_policy,
@@ -38,18 +48,23 @@ from kalypso.core.policies.base import (
 
 BUILTIN_MODULES = (
     adaptive,
+    cache_aware,
     operator_at_a_time,
     parallel_bfs,
     parallel_dfs,
     sequential,
     static_split,
+    workflow_baselines,
 )
 
 __all__ = [
     "BUILTIN_MODULES",
+    "PlanInfo",
     "Policy",
     "PolicyError",
     "RebalanceView",
+    "RunInfo",
+    "TaskInfo",
     "get_policy",
     "policy_names",
     "register_policy",

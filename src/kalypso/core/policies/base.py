@@ -9,6 +9,10 @@ state directly. It decides:
   room first, and :attr:`Policy.max_running_tasks`;
 * **pinning** - :meth:`Policy.pins`: whether a task's prefix is pinned in the engine
   while its children run (explicit pinning);
+* **ranked admission** - a policy with ``ranked = True`` sees the whole run first
+  (:meth:`Policy.prepare`) and admits waiting tasks of every stage in :meth:`Policy.rank`
+  order, each one its :meth:`Policy.gate` lets through and the memory admits (the
+  workflow policies: cache-aware order, query-wise, operator-wise);
 * **execution shape** - :attr:`Policy.memory_aware` (reserve KV blocks per task, or submit
   everything and let the engine queue), :attr:`Policy.bounded_outputs` (start generative
   calls below their cap and continue them when they reach it), and
@@ -22,14 +26,53 @@ Adding a policy is one module: subclass :class:`Policy`, then
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kalypso.core.memory import StageBudgets
 
 
 class PolicyError(ValueError):
     """An unknown policy name or a bad policy argument."""
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What a policy sees of a task."""
+
+    task_id: int
+    stage: int
+    key: tuple[int, ...]
+    op: str
+    """The operator (task-graph node) the task runs: its LLM node, or its stage."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a ranked policy may read when it ranks and gates tasks.
+
+    Attributes:
+        completed: tasks completed so far per operator.
+        finished: instances whose whole run is done.
+        running: the tasks running now.
+    """
+
+    completed: Mapping[str, int]
+    finished: frozenset[tuple[int, ...]]
+    running: Sequence[TaskInfo]
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """The run a ranked policy prepares for: the task graph (``object`` here, so that
+    policies may read any front end's graph), its instances' keys, and the chat layout
+    (to measure prompts in tokens)."""
+
+    graph: object
+    instance_keys: Sequence[tuple[int, ...]]
+    layout: object
+    block_size_tokens: int
 
 
 @dataclass(frozen=True)
@@ -63,6 +106,18 @@ class Policy:
     bounded_outputs: bool = True
     operator_at_a_time: bool = False
     max_running_tasks: int | None = None
+    ranked: bool = False
+
+    def prepare(self, plan: PlanInfo) -> None:
+        """See the run before it starts (ranked policies build their order here)."""
+
+    def rank(self, task: TaskInfo) -> tuple[Any, ...]:
+        """The admission order of a ranked policy: smaller first."""
+        return (task.task_id,)
+
+    def gate(self, task: TaskInfo, run: RunInfo) -> bool:
+        """Whether a ranked policy lets ``task`` start now (memory aside)."""
+        return True
 
     def initial_budgets(self, capacity_blocks: int, min_blocks: Sequence[int]) -> list[int]:
         """Initial per-stage budgets summing to ``capacity_blocks`` (each at or above its

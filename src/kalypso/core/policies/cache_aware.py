@@ -1,0 +1,152 @@
+"""``cache-aware``: the Helium paper's cache-aware scheduling (section 5, Alg. 1).
+
+Before the run, the operators (LLM nodes) are ordered over the templated radix tree
+(:mod:`kalypso.core.trt`): a depth-first walk that, at each tree node, takes first the
+subtree with the longest chain of dependent calls below it (the critical path), then the
+one that can start earliest; an operator is emitted once the operators it depends on
+were. Operators whose shared prefix holds a placeholder (they share it only within a
+query) form one *inner sequence*, run query by query; across inner sequences the order
+is operator by operator, so a static prefix is reused by every query in a row.
+
+At run time every ready call is ranked ``(inner sequence, query, operator)`` and
+admitted in that order while the KV ledger has room (the core's memory-aware admission
+decides how many run at once; no per-stage budgets). Calls become ready only when their
+inputs exist, so the order is a soft one, as in the paper: a call whose turn has come
+but is not ready lets the next ones through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kalypso.core.graph import LLMNode, TaskGraph
+from kalypso.core.policies.base import (
+    PlanInfo,
+    Policy,
+    PolicyError,
+    TaskInfo,
+    no_argument,
+    register_policy,
+)
+from kalypso.core.prompt import ChatLayout
+from kalypso.core.trt import TemplatedRadixTree, TreeNode
+
+
+def llm_dependencies(graph: TaskGraph) -> dict[str, set[str]]:
+    """Each LLM node's LLM ancestors reached through any chain of nodes."""
+    ancestors: dict[str, set[str]] = {}
+    for node in graph.nodes:
+        found: set[str] = set()
+        for dep in getattr(node, "deps", ()):
+            found |= ancestors.get(dep, set())
+            if isinstance(graph.node(dep), LLMNode):
+                found.add(dep)
+        ancestors[node.node_id] = found
+    return {n.node_id: ancestors[n.node_id] for n in graph.nodes if isinstance(n, LLMNode)}
+
+
+def operator_order(
+    trt: TemplatedRadixTree, deps: dict[str, set[str]]
+) -> tuple[list[str], dict[str, int]]:
+    """The operators in cache-aware order, and each one's inner-sequence index."""
+    dependents: dict[str, set[str]] = {op: set() for op in deps}
+    for op, ancestors in deps.items():
+        for ancestor in ancestors:
+            dependents[ancestor].add(op)
+    height: dict[str, int] = {}
+
+    def chain(op: str) -> int:  # longest chain of dependent calls from op
+        if op not in height:
+            height[op] = 1 + max((chain(d) for d in dependents[op]), default=0)
+        return height[op]
+
+    depth = {op: len(deps[op]) for op in deps}
+    subtree: dict[int, list[str]] = {}
+
+    def leaves(node: TreeNode) -> list[str]:
+        if id(node) not in subtree:
+            subtree[id(node)] = [*node.leaves, *(op for c in node.children for op in leaves(c))]
+        return subtree[id(node)]
+
+    order: list[str] = []
+    emitted: set[str] = set()
+
+    def walk(node: TreeNode) -> None:
+        for op in sorted(node.leaves):
+            if op not in emitted and deps[op] <= emitted:
+                emitted.add(op)
+                order.append(op)
+        children = sorted(
+            node.children,
+            key=lambda c: (
+                -max(chain(op) for op in leaves(c)),
+                min(depth[op] for op in leaves(c)),
+                min(leaves(c)),
+            ),
+        )
+        for child in children:
+            walk(child)
+
+    while len(emitted) < len(deps):
+        before = len(emitted)
+        walk(trt.root)
+        if len(emitted) == before:  # stuck: force the earliest operator
+            op = min((o for o in deps if o not in emitted), key=lambda o: (depth[o], o))
+            emitted.add(op)
+            order.append(op)
+    groups: dict[int, int] = {}
+    group_of: dict[str, int] = {}
+    for op in order:
+        anchor = trt.query_group(op)
+        key = id(anchor) if anchor is not None else id(trt.leaf_of[op]) ^ hash(op)
+        group_of[op] = groups.setdefault(key, len(groups))
+    return order, group_of
+
+
+class CacheAware(Policy):
+    """Cache-aware order over the templated radix tree (see the module docstring)."""
+
+    name = "cache-aware"
+    ranked = True
+
+    def __init__(self) -> None:
+        self.position: dict[str, int] = {}
+        self.group: dict[str, int] = {}
+        self.tree: TemplatedRadixTree | None = None
+
+    def initial_budgets(self, capacity_blocks: int, min_blocks: Sequence[int]) -> list[int]:
+        return [max(capacity_blocks, m) for m in min_blocks]  # the ledger alone bounds
+
+    def prepare(self, plan: PlanInfo) -> None:
+        graph, layout = plan.graph, plan.layout
+        if not isinstance(graph, TaskGraph) or not isinstance(layout, ChatLayout):
+            raise PolicyError("cache-aware scheduling needs a task graph and a chat layout")
+        nodes = [n for n in graph.nodes if isinstance(n, LLMNode)]
+        self.tree = TemplatedRadixTree.of(nodes, layout)
+        order, self.group = operator_order(self.tree, llm_dependencies(graph))
+        self.position = {op: i for i, op in enumerate(order)}
+
+    def rank(self, task: TaskInfo) -> tuple[Any, ...]:
+        if task.op not in self.position:  # a root task: run at once
+            return (-1, task.key, 0)
+        return (self.group[task.op], task.key, self.position[task.op])
+
+    def explain(self) -> str:
+        order = sorted(self.position, key=self.position.__getitem__)
+        lines = ["cache-aware order (inner sequence: operators):"]
+        current = -1
+        for op in order:
+            if self.group[op] != current:
+                current = self.group[op]
+                lines.append(f"  sequence {current}:")
+            lines.append(f"    {op}")
+        return "\n".join(lines)
+
+
+def _factory(argument: str | None) -> Policy:
+    no_argument("cache-aware", argument)
+    return CacheAware()
+
+
+register_policy("cache-aware", _factory, aliases=("helium",))
