@@ -22,8 +22,8 @@ from kalypso.bench.workloads import biodex, contractnli, fever, medec
 from kalypso.engine.sim import SimEngine
 
 REQUIRED = {"workload", "system", "scale", "engine", "kv_cache_tokens", "time_s", "llm_calls",
-            "prompt_tokens", "cached_tokens", "prefill_tokens", "min_prefill_tokens", "retries",
-            "outputs_agree"}  # fmt: skip
+            "prompt_tokens", "cached_tokens", "prefill_tokens", "min_prefill_tokens",
+            "continuations", "continued_tokens", "decisions", "outputs_agree"}  # fmt: skip
 
 
 def test_system_names_map_to_run_options() -> None:
@@ -62,7 +62,7 @@ def test_bench_command_runs_the_suite_and_a_kv_sweep_and_draws_every_figure(
     assert sorted(len(systems) for systems in by_size.values()) == [2, 2, 6]
     assert all(row["outputs_agree"] for row in rows)
     fixed_1 = next(r for r in rows if r["system"] == "adaptive+fixed:1")
-    assert fixed_1["retries"] > 0
+    assert fixed_1["continuations"] > 0
     table = markdown(rows)
     assert table.count("**medec**, KV cache") == 3
     assert "| adaptive+fixed:1 |" in table and "| 1.00x |" in table
