@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import kalypso
+from kalypso.core.ideal_cache import IdealPrefixCache
 from kalypso.datasets import reviews
 from kalypso.engine.sim import SimEngine
-from kalypso.core.ideal_cache import IdealPrefixCache
 
 
 def test_whole_shared_blocks_are_computed_once() -> None:
