@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from kalypso.engine.blocks import blocks_for
+
 FinishReason = Literal["stop", "length"]
 """Why a request finished. An aborted request is never a result: engines raise
 :class:`RequestAbortedError` instead."""
@@ -180,7 +182,7 @@ class EngineCapacity:
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks needed to hold ``num_tokens`` tokens (rounded up)."""
-        return -(-num_tokens // self.block_size_tokens)
+        return blocks_for(num_tokens, self.block_size_tokens)
 
 
 @dataclass(frozen=True)

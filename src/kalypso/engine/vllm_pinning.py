@@ -2,7 +2,7 @@
 
 Configure vLLM with ``VLLMSettings(scheduler_cls=PINNING_SCHEDULER_CLS)`` (in-process it
 goes to ``AsyncEngineArgs(scheduler_cls=...)``, for a server to ``--scheduler-cls``). The
-scheduler then understands three request extra arguments (``SamplingParams.extra_args``;
+scheduler then understands these request extra arguments (``SamplingParams.extra_args``;
 over HTTP the completions body's ``vllm_xargs``):
 
 * ``{"kalypso_pin": key}`` on an ordinary request: when the request finishes, every block
@@ -49,6 +49,10 @@ Limits:
   while anything is pinned; with ``reset_running_requests=True`` (weight updates, pause
   with cache clearing) the pins are released first, since they would be stale anyway.
 * Pins live in the engine-core process: they vanish with it.
+* ``kalypso_cancel`` finds only requests the engine core has seen: over HTTP, a request
+  cancelled so early that the server has not handed it to the engine core yet is not
+  marked, and pins if it is aborted after producing output (with timeouts of seconds,
+  not a case that arises).
 
 vLLM internals relied on (vLLM 0.32; none is a stable API, recheck on upgrade):
 ``Scheduler.add_request``, ``Scheduler._free_blocks`` (called once per finished request
@@ -66,10 +70,15 @@ which is also how vLLM resolves ``PINNING_SCHEDULER_CLS``.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+"""Logs in the engine-core process: INFO when the scheduler is built, DEBUG per pin,
+release and cancellation."""
 
 PINNING_SCHEDULER_CLS = "kalypso.engine.vllm_pinning.PinningScheduler"
 """The ``scheduler_cls`` value that enables explicit pinning."""
@@ -122,6 +131,7 @@ def _build_pinning_scheduler() -> type[Scheduler]:
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            logger.info("Kalypso's pinning scheduler is installed")
             self.kalypso_pins: dict[str, dict[str, list[KVCacheBlock]]] = {}
             """Pin key -> request id -> blocks holding one reference each, in pinning
             order."""
@@ -159,6 +169,7 @@ def _build_pinning_scheduler() -> type[Scheduler]:
             blocks = [block for pinned in by_request.values() for block in pinned]
             # last pinned first into the free queue, so a prefix's head is evicted last
             self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
+            logger.debug("unpinned %r: %d block references released", pin_key, len(blocks))
             return len(blocks)
 
         def kalypso_unpin_all(self) -> int:
@@ -183,6 +194,7 @@ def _build_pinning_scheduler() -> type[Scheduler]:
                     released += len(blocks)
                 if not by_request:
                     del self.kalypso_pins[pin_key]
+            logger.debug("cancelled %r: %d block references released", client_id, released)
             return released
 
         def _free_blocks(self, request: Request) -> None:
@@ -200,6 +212,9 @@ def _build_pinning_scheduler() -> type[Scheduler]:
                 self.kv_cache_manager.block_pool.touch(blocks)
                 pinned = self.kalypso_pins.setdefault(pin_key, {})
                 pinned.setdefault(request.request_id, []).extend(blocks)
+                logger.debug(
+                    "pinned %d blocks of %r under %r", len(blocks), request.request_id, pin_key
+                )
             super()._free_blocks(request)
 
         def has_requests(self) -> bool:
