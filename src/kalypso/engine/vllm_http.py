@@ -367,10 +367,15 @@ class HTTPVLLMEngine:
             request.priority,
         )
         started_s = time.monotonic()
+        deadline = asyncio.timeout(timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with deadline:
                 response = await self._client.post("/v1/completions", json=body)
-        except TimeoutError:
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise EngineError(
+                    f"request {request.request_id!r} to {self._base_url} failed: {exc!r}"
+                ) from exc
             await self._after_timeout(request, server_id)
             raise EngineTimeoutError(
                 f"request {request.request_id!r} to {self._base_url} did not finish within"

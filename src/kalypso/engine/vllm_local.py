@@ -308,11 +308,16 @@ class LocalVLLMEngine:
             engine_id,
             priority=request.priority,
         )
+        deadline = asyncio.timeout(timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with deadline:
                 async for output in outputs:
                     final = output
-        except TimeoutError:
+        except TimeoutError as exc:
+            if not deadline.expired():  # a TimeoutError of vLLM's own, not our deadline
+                raise EngineError(
+                    f"vLLM failed on request {request.request_id!r}: {exc!r}"
+                ) from exc
             # the cancellation went through vLLM's generator, which aborted the request
             await self._after_timeout(engine_id, request)
             raise EngineTimeoutError(
