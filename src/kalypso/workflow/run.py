@@ -15,6 +15,7 @@ from kalypso.core.bounds import BoundPolicy
 from kalypso.core.dataflow import FlowPlan, root_programs
 from kalypso.core.errors import PlanError, QueryError, TaskFailed
 from kalypso.core.estimator import TokenBoundEstimator
+from kalypso.core.graph import LLMNode
 from kalypso.core.instance import Instance
 from kalypso.core.ledger import KVLedger
 from kalypso.core.options import RunOptions
@@ -24,6 +25,7 @@ from kalypso.core.report import PipelineReport
 from kalypso.core.result_cache import CacheStats, PromptResultCache
 from kalypso.core.runner import PipelineRunner, RunState
 from kalypso.core.stats import OperatorStats, stats_frame
+from kalypso.core.warm import Warmer, WarmReport
 from kalypso.engine.protocol import Engine
 from kalypso.workflow.dsl import Workflow
 from kalypso.workflow.lower import Lowered, lower
@@ -42,13 +44,19 @@ class WorkflowOptions:
         merge: common-subgraph elimination of greedy calls.
         result_cache: reuse greedy answers to identical prompts (a fresh cache per run,
             unless ``cache`` is given to share one across runs).
+        warm: prefill the operators' static prefixes early, at low priority
+            (:mod:`kalypso.core.warm`); ``warm_min_tokens`` is the shortest one warmed.
     """
 
     merge: bool = True
     result_cache: bool = True
+    warm: bool = True
+    warm_min_tokens: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("merge", "result_cache"):
+        if isinstance(self.warm_min_tokens, bool) or not isinstance(self.warm_min_tokens, int):
+            raise PlanError(f"warm_min_tokens must be an integer, got {self.warm_min_tokens!r}")
+        for name in ("merge", "result_cache", "warm"):
             if not isinstance(getattr(self, name), bool):
                 raise PlanError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
@@ -66,6 +74,7 @@ class WorkflowResult:
     report: PipelineReport
     rewrites: Rewrites
     cache: CacheStats | None
+    warm: WarmReport | None = None
 
     @property
     def llm_calls(self) -> int:
@@ -226,8 +235,13 @@ async def arun(
             report=runner.report,
             rewrites=lowered.canon.rewrites,
             cache=state.result_cache.stats if state.result_cache else None,
+            warm=warmer.report if warmer else None,
         )
 
+    warmer = None
+    if switches.warm:
+        warmer = Warmer(engine, state.layout, owner, switches.warm_min_tokens)
+        warmer.start([n for n in lowered.graph.nodes if isinstance(n, LLMNode)])
     try:
         with ProgressView(enabled=options.progress, hit_rate=hit_rate) as view:
             runner.on_update = lambda views: view.update(1, views)
@@ -241,6 +255,8 @@ async def arun(
         ) from failure.cause
     finally:
         state.ledger.unregister(owner)
+        if warmer is not None:
+            await warmer.release()
     out = result(done)
     logger.info("workflow %s done: %s", owner, out.summary())
     return out
