@@ -7,7 +7,7 @@ requests) and one token for each decoding request. Its duration on the virtual c
              + prefill_tokens_in_step * per_prefill_token_s
              + decode_seqs_in_step * per_decode_token_s
 
-Two named profiles are registered in :data:`PROFILES`:
+Three named profiles are registered in :data:`PROFILES`:
 
 ``"smollm2-cpu"``
     SmolLM2-135M-Instruct on vLLM's CPU backend with 2 cores, measured on 2026-11-29 with
@@ -42,6 +42,12 @@ Two named profiles are registered in :data:`PROFILES`:
       token, 80 KiB per GPU under TP 4, so ~455,000 tokens: 28,000 blocks of 16 tokens
       (448,000 tokens). An FP8 KV cache would double that (~900,000 tokens). The context
       is the model's 131,072 tokens.
+
+``"qwen3-8b-h100"``
+    Qwen3-8B in BF16 on one H100-SXM-80GB, the workflow paper's (Helium's) setting, for
+    workflows at the paper's scale. Estimated like the 70B profile (see its ``notes``):
+    prefill 30,000 tokens/s, decode 7 ms per step plus 0.05 ms per sequence, 352,000
+    tokens of KV in 16-token blocks.
 """
 
 from __future__ import annotations
@@ -118,7 +124,26 @@ LLAMA_3_3_70B_4XGPU = CostProfile(
     capacity=EngineCapacity(num_blocks=28_000, block_size_tokens=16, max_model_len_tokens=131_072),
 )
 
-PROFILES: dict[str, CostProfile] = {p.name: p for p in (SMOLLM2_CPU, LLAMA_3_3_70B_4XGPU)}
+QWEN3_8B_H100 = CostProfile(
+    name="qwen3-8b-h100",
+    per_step_s=0.007,
+    per_prefill_token_s=1 / 30_000,
+    per_decode_token_s=0.00005,
+    notes=(
+        "Qwen3-8B BF16 on one H100-SXM-80GB (the Helium paper's setting, section 7.1):"
+        " estimated from public figures, not measured. Prefill 30,000 tokens/s (16.4"
+        " GFLOP/token at ~50% of 989 TFLOP/s); decode 7 ms per step (16.4 GB of weights at"
+        " ~70% of 3.35 TB/s) + 0.05 ms per sequence (KV reads); KV 22,000 blocks x 16"
+        " tokens = 352,000 tokens from ~52 GB (0.9 x 80 GB minus 16.4 GB of weights and"
+        " ~4 GB of activations) at 147 KiB per token (36 layers x 8 KV heads x 128 dims x"
+        " 2 x 2 bytes). Context: the model's 32,768 tokens."
+    ),
+    capacity=EngineCapacity(num_blocks=22_000, block_size_tokens=16, max_model_len_tokens=32_768),
+)
+
+PROFILES: dict[str, CostProfile] = {
+    p.name: p for p in (SMOLLM2_CPU, LLAMA_3_3_70B_4XGPU, QWEN3_8B_H100)
+}
 
 
 def get_profile(name: str) -> CostProfile:
