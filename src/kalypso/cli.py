@@ -5,6 +5,7 @@ kalypso models path                   print the bundled model's folder
 kalypso engine serve [options]        run a vLLM server on loopback until Ctrl-C
                                       (--admin-endpoints for prefix-cache resets)
 kalypso demo [options]                the main job (see README)
+kalypso workflow run NAME [options]   a library workflow (Helium's), with a per-node report
 """
 
 from __future__ import annotations
@@ -123,6 +124,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_workflow_run(args: argparse.Namespace) -> int:
+    from kalypso.workflow.command import run
+
+    return asyncio.run(run(args, console))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from kalypso.bench.cli import run_bench
 
@@ -170,6 +177,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--url", default=None, help="use a running vLLM server instead of in-process vLLM"
     )
     demo.set_defaults(func=cmd_demo)
+
+    workflow = sub.add_parser("workflow", help="batch agentic workflows").add_subparsers(
+        dest="action", required=True
+    )
+    from kalypso.workflow.command import add_arguments as add_workflow_arguments
+
+    run_workflow = workflow.add_parser(
+        "run", help="run a library workflow (mapred, debate, reflect, iterative, parallel, trading)"
+    )
+    add_workflow_arguments(run_workflow)
+    run_workflow.set_defaults(func=cmd_workflow_run)
 
     from kalypso.bench.cli import add_arguments
 

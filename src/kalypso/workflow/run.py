@@ -197,7 +197,7 @@ async def arun(
     )
     state = RunState.create(engine, options, owner, ledger, bounds)
     if switches.result_cache:
-        state.result_cache = cache or PromptResultCache(engine.name)
+        state.result_cache = cache if cache is not None else PromptResultCache(engine.name)
     try:
         state.ledger.register(owner)
     except ValueError as exc:

@@ -1,0 +1,107 @@
+"""One way to get an engine for a command: vLLM in-process, a vLLM server this process
+starts (and stops), a running server at a URL, or the simulator.
+
+:func:`open_engine` returns an engine whose ``close()`` stops everything it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from kalypso.engine.protocol import Engine, EngineError
+from kalypso.engine.vllm_settings import VLLMSettings
+
+logger = logging.getLogger(__name__)
+
+ENGINE_KINDS = ("vllm", "http", "sim")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which engine to open.
+
+    Attributes:
+        kind: ``"vllm"`` (in-process), ``"http"`` (a server started here, stopped on
+            close; or the one at ``url``), ``"sim"`` (the simulator).
+        settings: vLLM's settings (``vllm`` and a started ``http`` server).
+        url: a running server to connect to (``http``; it must have been started with
+            admin endpoints for prefix-cache resets).
+        sim_profile: the simulator's cost profile; ``sim_blocks`` and
+            ``sim_block_size_tokens`` override its capacity.
+        pinning: start vLLM with the pinning scheduler (explicit pinning).
+    """
+
+    kind: str = "vllm"
+    settings: VLLMSettings = field(default_factory=VLLMSettings)
+    url: str | None = None
+    sim_profile: str = "smollm2-cpu"
+    sim_blocks: int | None = None
+    sim_block_size_tokens: int | None = None
+    pinning: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINE_KINDS:
+            raise ValueError(f"engine kind must be one of {ENGINE_KINDS}, got {self.kind!r}")
+
+
+class ServerOwningEngine:
+    """An HTTP engine that also stops the server it was started with."""
+
+    def __init__(self, engine: Engine, server: Any) -> None:
+        self._engine = engine
+        self.server = server
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def close(self) -> None:
+        try:
+            await self._engine.close()
+        finally:
+            await asyncio.to_thread(self.server.stop)
+
+
+async def open_engine(spec: EngineSpec) -> Engine:
+    """The engine ``spec`` names, started or connected.
+
+    Raises:
+        EngineError: it could not be started or reached (the message says why).
+        kalypso.models.ModelNotReadyError: the bundled model is not prepared.
+    """
+    settings = spec.settings
+    if spec.pinning:
+        from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS
+
+        settings = VLLMSettings(**{**settings.__dict__, "scheduler_cls": PINNING_SCHEDULER_CLS})
+    if spec.kind == "sim":
+        from kalypso.engine.sim import SimEngine
+
+        return SimEngine(
+            spec.sim_profile,
+            num_blocks=spec.sim_blocks,
+            block_size_tokens=spec.sim_block_size_tokens,
+        )
+    if spec.kind == "vllm":
+        from kalypso.engine.vllm_local import LocalVLLMEngine
+
+        return await LocalVLLMEngine.start(settings)
+    from kalypso.engine.vllm_http import HTTPVLLMEngine
+
+    if spec.url:
+        return await HTTPVLLMEngine.connect(spec.url, pinning=spec.pinning)
+    from kalypso.engine.vllm_server import VLLMServer
+
+    server = await asyncio.to_thread(VLLMServer.start, settings, admin_endpoints=True)
+    try:
+        engine = await HTTPVLLMEngine.connect(server.base_url, pinning=spec.pinning)
+    except BaseException:
+        await asyncio.to_thread(server.stop)
+        raise
+    logger.info("started a vLLM server at %s (pid %d)", server.base_url, server.pid)
+    return ServerOwningEngine(engine, server)
+
+
+__all__ = ["ENGINE_KINDS", "EngineError", "EngineSpec", "ServerOwningEngine", "open_engine"]

@@ -1,0 +1,136 @@
+"""``kalypso workflow run NAME``: one library workflow end to end, with a live progress
+view and a per-node report.
+
+    kalypso workflow run debate                       # vLLM on CPU, the bundled model
+    kalypso workflow run trading --policy opwise      # a baseline
+    kalypso workflow run mapred --engine sim --scale paper --sim-profile qwen3-8b-h100
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kalypso.core.options import RunOptions
+from kalypso.core.policies import policy_names
+from kalypso.core.result_cache import PromptResultCache
+from kalypso.engine.open import ENGINE_KINDS, EngineSpec, open_engine
+from kalypso.engine.vllm_settings import VLLMSettings
+from kalypso.workflow.library import BUILDERS, workload
+from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
+
+DEFAULT_KV_CACHE_BYTES = 128 * 2**20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", choices=sorted(BUILDERS), help="the workflow to run")
+    parser.add_argument(
+        "--policy",
+        default="cache-aware",
+        help=f"scheduling policy (default %(default)s; one of {', '.join(policy_names())})",
+    )
+    parser.add_argument("--scale", choices=("small", "paper"), default="small")
+    parser.add_argument("--engine", choices=ENGINE_KINDS, default="vllm")
+    parser.add_argument("--url", default=None, help="a running vLLM server (with --engine http)")
+    parser.add_argument("--sim-profile", default="qwen3-8b-h100")
+    parser.add_argument("--kv-cache-bytes", type=int, default=DEFAULT_KV_CACHE_BYTES)
+    parser.add_argument("--block-size", type=int, default=32, help="KV block size in tokens")
+    parser.add_argument("--deterministic", action="store_true", help="float32 (same answers)")
+    for switch, what in (
+        ("merge", "common-subgraph elimination"),
+        ("result-cache", "the prompt/result cache"),
+        ("warm", "proactive prefix caching"),
+    ):
+        parser.add_argument(f"--no-{switch}", action="store_true", help=f"turn off {what}")
+    parser.add_argument("--no-progress", action="store_true", help="no live progress view")
+
+
+def node_report(result: WorkflowResult) -> Table:
+    """One row per LLM node: calls, tokens, prefix-cache hits, time."""
+    table = Table(title="per node", title_justify="left")
+    for header in ("node", "calls", "prompt", "cached", "computed", "output", "time (s)"):
+        table.add_column(header, justify="left" if header == "node" else "right", no_wrap=True)
+    for s in result.operator_stats:
+        if not s.requests:
+            continue
+        table.add_row(
+            s.operator,
+            str(s.calls),
+            str(s.prompt_tokens),
+            str(s.cached_tokens),
+            str(s.prefill_tokens),
+            str(s.output_tokens),
+            f"{s.llm_time_s:.1f}",
+        )
+    return table
+
+
+def accuracy(result: WorkflowResult, expected: dict[str, Any]) -> dict[str, float]:
+    """Per output with known answers: the fraction whose first number is the answer."""
+    out = {}
+    for name, answers in expected.items():
+        if name not in result.outputs:
+            continue
+        right = 0
+        for text, answer in zip(result.outputs[name], answers, strict=False):
+            found = re.search(r"-?\d+(?:\.\d+)?", str(text or ""))
+            right += found is not None and float(found.group()) == float(answer)
+        out[name] = right / max(1, len(answers))
+    return out
+
+
+async def run(args: argparse.Namespace, console: Console) -> int:
+    job = workload(args.name, args.scale)
+    settings = VLLMSettings(
+        kv_cache_bytes=args.kv_cache_bytes,
+        block_size_tokens=args.block_size,
+        deterministic=args.deterministic,
+    )
+    spec = EngineSpec(
+        kind=args.engine, settings=settings, url=args.url, sim_profile=args.sim_profile
+    )
+    switches = WorkflowOptions(
+        merge=not args.no_merge, result_cache=not args.no_result_cache, warm=not args.no_warm
+    )
+    options = RunOptions(policy=args.policy, progress=not args.no_progress, system_prompt="")
+    engine = await open_engine(spec)
+    try:
+        cache = PromptResultCache(engine.name)
+        clock = getattr(engine, "now_s", None)
+        result = None
+        for number, (flow, inputs) in enumerate(zip(job.workflows, job.inputs, strict=True)):
+            if len(job.workflows) > 1:
+                console.print(
+                    f"{flow.name}: {job.queries} queries"
+                    + (" (timed)" if flow is job.workflows[-1] else " (warms the caches)")
+                )
+            started = time.monotonic() if clock is None else engine.now_s  # type: ignore[attr-defined]
+            result = await arun(
+                flow, engine, inputs, options, workflow_options=switches, cache=cache
+            )
+            ended = time.monotonic() if clock is None else engine.now_s  # type: ignore[attr-defined]
+            console.print(f"  {result.summary()}")
+            if number + 1 == len(job.workflows):
+                console.print(f"  engine time: {ended - started:.2f} s")
+        assert result is not None
+    finally:
+        await engine.close()
+    console.print(node_report(result))
+    if result.rewrites.merged:
+        console.print("optimizer: " + "; ".join(result.rewrites.describe()))
+    scores = accuracy(result, dict(job.expected))
+    if scores:
+        console.print(
+            "accuracy (first number = answer): "
+            + ", ".join(f"{k} {v:.0%}" for k, v in scores.items())
+        )
+    first = result.outputs.iloc[0].to_dict()
+    for name, text in first.items():
+        shown = (text or "").replace("\n", " ")
+        console.print(f"query 0 {name}: {shown[:200]}")
+    return 0
