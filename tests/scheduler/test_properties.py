@@ -20,7 +20,16 @@ from hypothesis import strategies as st
 import kalypso
 from kalypso.engine.sim import SimOutputModel
 from kalypso.query import QueryResult, Table
-from tests.scheduler.factories import CheckingLedger, RecordingSim, check_run, notes, right_table
+from tests.scheduler.factories import (
+    CheckingLedger,
+    RecordingSim,
+    check_run,
+    notes,
+    right_table,
+    sim_continues_exactly,
+)
+
+EXACT_CONTINUATION = sim_continues_exactly()
 
 POLICIES = ("adaptive", "parallel-dfs", "parallel-bfs", "static:0.3", "static:0.7", "sequential")
 
@@ -100,7 +109,12 @@ SETTINGS = settings(
 def test_every_policy_terminates_with_operator_at_a_times_table(scenario: Scenario) -> None:
     result, baseline, ledger = asyncio.run(run(scenario))
 
-    assert result.frame.equals(baseline.frame)
+    # no tuple lost or duplicated; generated text equal too where no call was continued
+    # (or where the simulator continues exactly, as a real model does)
+    decided = [c for c in baseline.frame.columns if c != "summary"]
+    assert result.frame[decided].equals(baseline.frame[decided])
+    if result.continuations == 0 or EXACT_CONTINUATION:
+        assert result.frame.equals(baseline.frame)
     check_run(result, ledger)  # admitted once (+ continuations), budgets, last resort only
     assert ledger.reserved_blocks == 0
     (report,) = result.pipeline_reports
