@@ -5,6 +5,7 @@ tables of text, executed as memory-aware pipelines on vLLM so that the KV cache 
 prompt builds in one operator is reused by the next.
 """
 
+from kalypso.core.ledger import KVLedger
 from kalypso.engine.protocol import (
     Engine,
     EngineCapacity,
@@ -28,7 +29,6 @@ from kalypso.query import (
     register_operator,
     table,
 )
-from kalypso.core.ledger import KVLedger
 
 __version__ = "0.1.0"
 

@@ -20,7 +20,6 @@ from kalypso.bench.runner import (
 )
 from kalypso.bench.workloads import biodex, contractnli, fever, medec
 from kalypso.engine.sim import SimEngine
-from tests.scheduler.factories import NEEDS_EXACT_CONTINUATION
 
 REQUIRED = {"workload", "system", "scale", "engine", "kv_cache_tokens", "time_s", "llm_calls",
             "prompt_tokens", "cached_tokens", "prefill_tokens", "min_prefill_tokens",
@@ -48,7 +47,6 @@ def test_the_suite_runs_splits_on_two_stage_shapes_and_budgets_on_medec() -> Non
     assert fever("quick").suite_systems() == common
 
 
-@NEEDS_EXACT_CONTINUATION  # outputs_agree compares continued answers
 def test_bench_command_runs_the_suite_and_a_kv_sweep_and_draws_every_figure(
     tmp_path: Path,
 ) -> None:
@@ -88,7 +86,6 @@ def test_bench_command_refuses_an_unknown_workload_and_bad_sweep(tmp_path: Path)
     assert not out.exists()
 
 
-@NEEDS_EXACT_CONTINUATION  # outputs_agree compares continued answers
 async def test_records_have_the_documented_fields_and_plots_are_written(tmp_path: Path) -> None:
     workload = medec("quick")
     engine = SimEngine("llama-3.3-70b-4xgpu", num_blocks=600, max_model_len_tokens=9600)

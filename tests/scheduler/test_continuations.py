@@ -19,7 +19,6 @@ from kalypso.engine.sim import SimOutputModel
 from kalypso.query import CartesianProduct, QueryResult, Table
 from tests.scheduler.conftest import EngineFactory
 from tests.scheduler.factories import (
-    NEEDS_EXACT_CONTINUATION,
     CheckingLedger,
     RecordingSim,
     check_run,
@@ -136,7 +135,6 @@ async def test_a_continuation_finds_its_prompt_cached(make_engine: EngineFactory
             assert served.cached_tokens == full_blocks
 
 
-@NEEDS_EXACT_CONTINUATION
 async def test_the_answer_is_the_uninterrupted_calls(make_engine: EngineFactory) -> None:
     """On the simulator a continued call generates exactly what one call at the cap does:
     the concatenated outputs of its requests are the uninterrupted call's output."""
@@ -156,7 +154,6 @@ async def test_the_answer_is_the_uninterrupted_calls(make_engine: EngineFactory)
         assert sum(pieces, ()) == whole[key]
 
 
-@NEEDS_EXACT_CONTINUATION
 @pytest.mark.parametrize("policy", POLICIES)
 async def test_every_policy_continues_and_returns_operator_at_a_times_answers(
     make_engine: EngineFactory, policy: str
@@ -181,7 +178,6 @@ async def test_every_policy_continues_and_returns_operator_at_a_times_answers(
     assert report.peak_reserved_blocks <= 64
 
 
-@NEEDS_EXACT_CONTINUATION
 @pytest.mark.parametrize(
     ("max_continuations", "bounds"),
     [(0, [16, 48]), (1, [16, 48]), (2, [16, 16, 32]), (5, [16, 16, 32])],
@@ -203,7 +199,6 @@ async def test_the_last_continuation_goes_to_the_cap(
     assert [len(d.split()) for d in result.frame["d"]] == [40, 40]
 
 
-@NEEDS_EXACT_CONTINUATION
 async def test_a_call_cut_at_its_cap_keeps_what_the_cap_allows(make_engine: EngineFactory) -> None:
     plan = kalypso.table(notes(1, 5)).sem_map(
         "Describe the {text}.", "d", max_tokens=24, first_bound_tokens=10
@@ -220,8 +215,8 @@ async def test_a_call_cut_at_its_cap_keeps_what_the_cap_allows(make_engine: Engi
 @pytest.mark.parametrize(
     ("fixed_tokens", "bounds"),
     [
-        pytest.param(8, [8, 8, 48], marks=NEEDS_EXACT_CONTINUATION),
-        pytest.param(32, [32, 32], marks=NEEDS_EXACT_CONTINUATION),
+        pytest.param(8, [8, 8, 48]),
+        pytest.param(32, [32, 32]),
         (48, [48]),
     ],
 )
@@ -275,7 +270,6 @@ async def test_decisions_are_one_token_and_never_continued(make_engine: EngineFa
 # --------------------------------------------------------------------------- the estimator
 
 
-@NEEDS_EXACT_CONTINUATION
 async def test_the_estimator_learns_the_bound_and_later_tasks_stop_continuing(
     make_engine: EngineFactory,
 ) -> None:
@@ -309,7 +303,6 @@ async def test_the_estimator_learns_the_bound_and_later_tasks_stop_continuing(
     assert result.continuations == result.pipeline_reports[0].continuations == 2 * len(early)
 
 
-@NEEDS_EXACT_CONTINUATION
 async def test_tasks_admitted_after_the_estimator_calibrates_use_its_bound(
     make_engine: EngineFactory,
 ) -> None:

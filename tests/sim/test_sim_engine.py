@@ -343,3 +343,26 @@ def test_same_program_gives_the_same_results() -> None:
         return engine.now_s, list(results)
 
     assert run(scenario()) == run(scenario())
+
+
+async def test_a_continued_request_goes_on_with_the_uninterrupted_output() -> None:
+    """A request whose prompt is an earlier one's prompt plus the tokens it generated
+    before stopping at max_tokens gets the rest of that output (as a model decoding
+    greedily would), however the output is split."""
+    engine = SimEngine(
+        num_blocks=64,
+        block_size_tokens=16,
+        outputs=SimOutputModel(min_output_tokens=40, max_output_tokens=40),
+    )
+    prompt = tuple(engine.tokenizer.encode("Describe the thing in detail."))
+
+    async def ask(ids: tuple[int, ...], max_tokens: int, n: int) -> tuple[int, ...]:
+        request = make_request(f"r{n}", ids, max_tokens=max_tokens, ignore_eos=False)
+        return (await engine.generate(request)).output_token_ids
+
+    whole = await ask(prompt, 64, 0)
+    head = await ask(prompt, 16, 1)
+    middle = await ask(prompt + head, 8, 2)
+    rest = await ask(prompt + head + middle, 40, 3)
+    assert head + middle + rest == whole
+    await engine.close()

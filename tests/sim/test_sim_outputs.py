@@ -82,7 +82,7 @@ def test_word_tokenizer_round_trips_and_is_stable() -> None:
 
 
 def test_profiles() -> None:
-    assert set(PROFILES) == {"smollm2-cpu", "llama-3.3-70b-4xgpu"}
+    assert set(PROFILES) == {"smollm2-cpu", "llama-3.3-70b-4xgpu", "qwen3-8b-h100"}
     smol = get_profile("smollm2-cpu")
     assert CALIBRATION_NOTE in smol.notes
     assert smol.step_time_s(prefill_tokens=600, decode_seqs=0) == pytest.approx(0.558)
@@ -90,6 +90,9 @@ def test_profiles() -> None:
     llama = get_profile("llama-3.3-70b-4xgpu")
     assert llama.capacity.block_size_tokens == 16
     assert llama.capacity.total_tokens == 448_000
+    qwen = get_profile("qwen3-8b-h100")
+    assert qwen.capacity.total_tokens == 352_000
+    assert qwen.step_time_s(prefill_tokens=0, decode_seqs=10) == pytest.approx(0.0075)
     with pytest.raises(KeyError, match="known"):
         get_profile("nope")
     with pytest.raises(ValueError, match="costs"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +25,8 @@ def _check_int(name: str, value: Any, minimum: int, *, optional: bool = False) -
 def _check_float(name: str, value: Any, *, positive: bool, optional: bool = False) -> None:
     if optional and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PlanError(f"{name} must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PlanError(f"{name} must be a finite number, got {value!r}")
     if positive and not value > 0:
         raise PlanError(f"{name} must be > 0, got {value!r}")
 
@@ -41,8 +42,10 @@ class RunOptions:
             or ``"explicit"`` (the engine pins each parent's blocks until its children are
             done; needs an engine with ``supports_pinning``).
         max_tasks_in_flight: optional cap on tasks running at once.
-        max_continuations: continuations of a call at doubled bounds before the last one
-            goes to the call's cap.
+        max_continuations: a call stopped at its output bound is continued with its bound
+            doubled, and continuation number ``max_continuations`` (or the first, with 0
+            or 1) goes straight to the call's cap: at most ``max(1, max_continuations)``
+            continuations per call.
         alpha, beta: Algorithm 1's saturation and starvation thresholds (0 < beta < alpha).
         estimate_bounds: learn generative calls' output bounds online (else their own).
         fixed_bound_tokens: one first output bound for every generative call.

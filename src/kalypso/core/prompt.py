@@ -126,11 +126,12 @@ class Prompt:
 
     @classmethod
     def from_ids(cls, layout: ChatLayout, ids: TokenIds, prefix_tokens: int = 0) -> Prompt:
-        """A prompt given as ids (a continuation: an earlier prompt plus its output)."""
+        """A prompt given as ids (a continuation: an earlier prompt plus its output); they
+        are already built, so this is not counted as a build."""
         prompt = cls.__new__(cls)
         prompt._layout = layout
         prompt._parts = [ids]
-        prompt._ids = None
+        prompt._ids = ids
         prompt._prefix_tokens = prefix_tokens
         prompt.length_tokens = len(ids)
         return prompt

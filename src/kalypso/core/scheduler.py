@@ -100,8 +100,7 @@ class CoreSettings:
         max_running_tasks: a cap on tasks running at once (with the policy's own cap).
         explicit_pinning: pin each parent task's blocks in the engine until its last
             child is done.
-        max_continuations: continuations of one call at doubled bounds before the last
-            one goes to the call's cap.
+        max_continuations: see :class:`~kalypso.core.options.RunOptions`.
     """
 
     alpha: float = 1.0

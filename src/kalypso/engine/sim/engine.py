@@ -45,7 +45,7 @@ from kalypso.engine.protocol import (
 from kalypso.engine.sim.block_pool import BlockPool, KVEventSink
 from kalypso.engine.sim.costs import CostProfile, get_profile
 from kalypso.engine.sim.kv_cache_manager import KVCacheManager
-from kalypso.engine.sim.outputs import SimOutputModel
+from kalypso.engine.sim.outputs import SimCompletion, SimOutputModel
 from kalypso.engine.sim.request import SimRequest
 from kalypso.engine.sim.scheduler import Scheduler, SchedulerConfig
 from kalypso.engine.sim.tokenizer import WordTokenizer
@@ -127,6 +127,9 @@ class SimEngine:
         self._prefill_time_s = 0.0
         self._decode_time_s = 0.0
         self._futures: dict[str, asyncio.Future[GenerateResult]] = {}
+        self._cut: dict[int, tuple[tuple[int, ...], int]] = {}
+        """Outputs stopped at max_tokens: hash of prompt + output -> (the first prompt,
+        tokens generated so far), so a continuation goes on with the same output."""
         self._arrivals = itertools.count()
         self._now_s = 0.0
         self.num_steps = 0
@@ -195,15 +198,7 @@ class SimEngine:
             )
         if request.request_id in self._futures:
             raise EngineError(f"request id {request.request_id!r} is already in flight")
-        completion = self._outputs.complete(
-            request.prompt_token_ids,
-            max_tokens=request.max_tokens,
-            tokenizer=self._tokenizer,
-            ignore_eos=request.ignore_eos,
-            stop=request.stop,
-            allowed_token_ids=request.allowed_token_ids,
-            logprobs=request.logprobs,
-        )
+        completion = self._complete(request)
         future: asyncio.Future[GenerateResult] = asyncio.get_running_loop().create_future()
         self._futures[request.request_id] = future
         self._scheduler.add_request(
@@ -243,6 +238,33 @@ class SimEngine:
         if self._futures.get(request_id) is future:
             del self._futures[request_id]
             self._scheduler.abort(request_id)
+
+    def _complete(self, request: GenerateRequest) -> SimCompletion:
+        """The simulated model's output. A request whose prompt is an earlier request's
+        prompt plus the tokens it generated before stopping at ``max_tokens`` continues
+        that output, as a real model decoding greedily would: the two outputs together
+        are the one an uninterrupted request would have given."""
+        origin = self._cut.get(hash(request.prompt_token_ids))
+        prompt, skip = origin if origin is not None else (request.prompt_token_ids, 0)
+        completion = self._outputs.complete(
+            prompt,
+            max_tokens=skip + request.max_tokens,
+            tokenizer=self._tokenizer,
+            ignore_eos=request.ignore_eos,
+            stop=request.stop,
+            allowed_token_ids=request.allowed_token_ids,
+            logprobs=request.logprobs,
+        )
+        if skip:
+            tokens = completion.token_ids[skip:]
+            eos = self._tokenizer.eos_token_id
+            text = self._tokenizer.decode([t for t in tokens if t != eos])
+            logprobs = completion.logprobs[skip:] if completion.logprobs else ()
+            completion = SimCompletion(tokens, text, completion.finish_reason, logprobs)
+        if completion.finish_reason == "length" and request.allowed_token_ids is None:
+            generated = skip + len(completion.token_ids)
+            self._cut[hash(request.prompt_token_ids + completion.token_ids)] = (prompt, generated)
+        return completion
 
     async def stats(self) -> EngineStats:
         """Scheduler and cache counters; ``prefill_time_s`` and ``decode_time_s`` are sums
