@@ -8,6 +8,12 @@ were. Operators whose shared prefix holds a placeholder (they share it only with
 query) form one *inner sequence*, run query by query; across inner sequences the order
 is operator by operator, so a static prefix is reused by every query in a row.
 
+Inner sequences are taken level by level in the dependency DAG (critical path first
+within a level): a call that waits for another's answer comes after the independent
+calls of every query, so its producer's decoding overlaps other work - the precedence
+delay of the paper's cost model (:mod:`kalypso.core.cost`), which a query-by-query order
+over dependent calls would pay in full.
+
 At run time every ready call is ranked ``(inner sequence, query, operator)`` and
 admitted in that order while the KV ledger has room (the core's memory-aware admission
 decides how many run at once; no per-stage budgets). Calls become ready only when their
@@ -71,6 +77,9 @@ def operator_order(
 
     order: list[str] = []
     emitted: set[str] = set()
+    level = {op: 0 for op in deps}
+    for op in sorted(deps, key=lambda o: len(deps[o])):  # ancestors have fewer ancestors
+        level[op] = 1 + max((level[a] for a in deps[op]), default=-1)
 
     def walk(node: TreeNode) -> None:
         for op in sorted(node.leaves):
@@ -101,7 +110,11 @@ def operator_order(
         anchor = trt.query_group(op)
         key = id(anchor) if anchor is not None else id(trt.leaf_of[op]) ^ hash(op)
         group_of[op] = groups.setdefault(key, len(groups))
-    return order, group_of
+    # level-major: the calls that depend on others come after every independent call of
+    # the batch, so their producers' decode overlaps other work (the paper's delays)
+    emitted_at = {op: i for i, op in enumerate(order)}
+    order.sort(key=lambda op: (level[op], -chain(op), group_of[op], emitted_at[op]))
+    return order, {op: level[op] * len(order) + group_of[op] for op in order}
 
 
 class CacheAware(Policy):
