@@ -1,4 +1,4 @@
-"""The engine tests' own ``any_engine`` (overrides the one in ``tests/conftest.py``):
+"""``any_engine``: every backend behind the engine protocol, for the conformance tests.
 
 * module-scoped, so the last vLLM engine of the conformance suite is stopped when that
   module ends, before other modules start engines of their own (one vLLM engine at a time);
