@@ -26,8 +26,8 @@ test: setup lint
 	$(BIN)/python -m pytest -q -rs
 
 lint: $(STAMP)
-	$(BIN)/ruff check -q src tests
-	$(BIN)/ruff format -q --check src tests
+	$(BIN)/ruff check -q src tests bench
+	$(BIN)/ruff format -q --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -45,18 +45,18 @@ pz-venv:
 	$(PZ_VENV)/bin/pip install -q "torch==2.13.0" "palimpzest==0.9.0"
 
 # The quick suite on real vLLM (CPU): every workload under its suite of systems (see
-# `kalypso bench --help`), Lotus and Palimpzest on the same server, and a KV sweep; then the figures.
+# `python -m bench --help`), Lotus and Palimpzest on the same server, and a KV sweep; then the figures.
 bench: setup lotus-venv pz-venv
-	$(BIN)/kalypso bench --engine http --scale quick --lotus-python $(LOTUS_VENV)/bin/python \
+	$(BIN)/python -m bench --engine http --scale quick --lotus-python $(LOTUS_VENV)/bin/python \
 		--pz-python $(PZ_VENV)/bin/python --kv-sweep 0.5,1.0 --out bench/results/quick.json
-	$(BIN)/python -m kalypso.bench.plots bench/results/quick.json
+	$(BIN)/python -m bench.plots bench/results/quick.json
 
 # The paper-scale suite on the simulator with the Llama-3.3-70B cost profile, at the KV
 # sizes of the paper's memory settings 0.9 and 0.6 (Figure 8 also sweeps 0.5).
 bench-paper: setup
-	$(BIN)/kalypso bench --engine sim --scale paper --kv-tokens 581700 \
+	$(BIN)/python -m bench --engine sim --scale paper --kv-tokens 581700 \
 		--kv-sweep-tokens 233800,117800 --out bench/results/sim-paper.json
-	$(BIN)/python -m kalypso.bench.plots bench/results/sim-paper.json
+	$(BIN)/python -m bench.plots bench/results/sim-paper.json
 
 clean-venv:
 	rm -rf $(VENV)

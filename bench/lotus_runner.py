@@ -1,7 +1,7 @@
 """Run a workload shape with the real Lotus library against a running vLLM server.
 
 This script runs in Lotus's own virtual environment (``make lotus-venv``; Lotus pins
-numpy<2 and pandas<3), not Kalypso's. It reads a job file written by ``kalypso bench``
+numpy<2 and pandas<3), not Kalypso's. It reads a job file written by ``python -m bench``
 (workload name, the tables, server URL and model) and writes one JSON record: time,
 LLM calls and the server's prompt and prefix-cache-hit token counters over the run.
 Output caps are Kalypso's: 8 tokens for predicates, each map's own cap.

@@ -2,7 +2,7 @@
 
 This script runs in Palimpzest's own virtual environment (``.venv-pz``, palimpzest==0.9.0;
 it pins numpy==2.0.2, pyarrow==20.0.0 and psutil==5.9.5), not Kalypso's. Like
-``lotus_runner.py`` it reads a job file written by ``kalypso bench`` (workload name, the
+``lotus_runner.py`` it reads a job file written by ``python -m bench`` (workload name, the
 tables, server URL and model) and writes one JSON record: time, LLM calls and the server's
 prompt and prefix-cache-hit token counters over the run.
 

@@ -130,12 +130,6 @@ def cmd_workflow_run(args: argparse.Namespace) -> int:
     return asyncio.run(run(args, console))
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from kalypso.bench.cli import run_bench
-
-    return asyncio.run(run_bench(args, console))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kalypso", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -189,11 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_workflow_arguments(run_workflow)
     run_workflow.set_defaults(func=cmd_workflow_run)
 
-    from kalypso.bench.cli import add_arguments
-
-    bench = sub.add_parser("bench", help="run workloads side by side under several policies")
-    add_arguments(bench)
-    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -8,17 +8,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kalypso import cli
-from kalypso.bench.plots import plot_file
-from kalypso.bench.report import markdown
-from kalypso.bench.runner import (
+from bench import cli
+from bench.plots import plot_file
+from bench.report import markdown
+from bench.runner import (
     cells_agree,
     rows_agree,
     run_systems,
     system_options,
     write_records,
 )
-from kalypso.bench.workloads import biodex, contractnli, fever, medec
+from bench.workloads import biodex, contractnli, fever, medec
 from kalypso.engine.sim import SimEngine
 
 REQUIRED = {"workload", "system", "scale", "engine", "kv_cache_tokens", "time_s", "llm_calls",
@@ -50,10 +50,10 @@ def test_the_suite_runs_splits_on_two_stage_shapes_and_budgets_on_medec() -> Non
 def test_bench_command_runs_the_suite_and_a_kv_sweep_and_draws_every_figure(
     tmp_path: Path,
 ) -> None:
-    """``kalypso bench`` on the simulator: the medec suite at the main KV size, the sweep
+    """``python -m bench`` on the simulator: the medec suite at the main KV size, the sweep
     systems at two more sizes, all in one JSON file, and the figures drawn from it."""
     out = tmp_path / "sweep.json"
-    argv = ["bench", "--engine", "sim", "--workload", "medec", "--kv-sweep", "0.3,1.0"]
+    argv = ["--engine", "sim", "--workload", "medec", "--kv-sweep", "0.3,1.0"]
     assert cli.main([*argv, "--out", str(out)]) == 0
     rows = json.loads(out.read_text())
     sizes = sorted({row["kv_cache_tokens"] for row in rows})
@@ -71,18 +71,18 @@ def test_bench_command_runs_the_suite_and_a_kv_sweep_and_draws_every_figure(
                      "fig11-pinning", "fig12-budgets", "prefill")}  # fmt: skip
 
     # a second run starts the file anew and keeps the earlier records beside it
-    assert cli.main([*argv[:5], "--systems", "adaptive", "--out", str(out)]) == 0
+    assert cli.main([*argv[:4], "--systems", "adaptive", "--out", str(out)]) == 0
     assert [row["system"] for row in json.loads(out.read_text())] == ["adaptive"]
     assert json.loads((tmp_path / "sweep.previous.json").read_text()) == rows
-    assert cli.main([*argv[:5], "--systems", "adaptive", "--out", str(out), "--append"]) == 0
+    assert cli.main([*argv[:4], "--systems", "adaptive", "--out", str(out), "--append"]) == 0
     assert len(json.loads(out.read_text())) == 2
 
 
 def test_bench_command_refuses_an_unknown_workload_and_bad_sweep(tmp_path: Path) -> None:
     out = tmp_path / "x.json"
-    assert cli.main(["bench", "--engine", "sim", "--workload", "tpch", "--out", str(out)]) == 2
+    assert cli.main(["--engine", "sim", "--workload", "tpch", "--out", str(out)]) == 2
     with pytest.raises(SystemExit, match="kv-sweep"):
-        cli.main(["bench", "--engine", "sim", "--kv-sweep", "0,1", "--out", str(out)])
+        cli.main(["--engine", "sim", "--kv-sweep", "0,1", "--out", str(out)])
     assert not out.exists()
 
 
@@ -128,7 +128,7 @@ def test_sweep_sizes_raised_to_a_size_already_run_are_skipped(tmp_path: Path) ->
     """FEVER's prompts carry five passages, so its KV floor is above the whole table:
     every sweep size is raised to the main size and nothing is run twice."""
     out = tmp_path / "fever.json"
-    argv = ["bench", "--engine", "sim", "--workload", "fever", "--kv-sweep", "0.5,1.0"]
+    argv = ["--engine", "sim", "--workload", "fever", "--kv-sweep", "0.5,1.0"]
     assert cli.main([*argv, "--systems", "adaptive", "--out", str(out)]) == 0
     assert [row["system"] for row in json.loads(out.read_text())] == ["adaptive"]
 
@@ -141,12 +141,13 @@ def test_sigterm_ends_a_bench_run_like_ctrl_c(tmp_path: Path) -> None:
     import sys
     import time
 
-    argv = ["-m", "kalypso.cli", "bench", "--engine", "sim", "--scale", "paper"]
+    argv = ["-m", "bench", "--engine", "sim", "--scale", "paper"]
     process = subprocess.Popen(
         [sys.executable, *argv, "--workload", "contractnli", "--out", str(tmp_path / "x.json")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=Path(__file__).resolve().parents[2],
     )
     time.sleep(8)  # inside the run (the paper-scale suite takes minutes)
     process.send_signal(signal.SIGTERM)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kalypso.datasets import _reaction_terms, biodex
+from bench.datasets import _reaction_terms, biodex
 
 
 def test_columns_and_sizes() -> None:

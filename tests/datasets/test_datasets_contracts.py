@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from kalypso.datasets import _contract_clauses, contracts
+from bench.datasets import _contract_clauses, contracts
 
 
 def _fragment(template: str) -> str:

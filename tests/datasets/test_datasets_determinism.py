@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
-from kalypso.datasets import biodex, clinical_notes, contracts, fever, reviews
+from bench.datasets import biodex, clinical_notes, contracts, fever, reviews
 
 
 def _frames(result: object) -> list[pd.DataFrame]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kalypso.datasets import fever
+from bench.datasets import fever
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kalypso.datasets import clinical_notes
+from bench.datasets import clinical_notes
 
 
 def _numbered(text: str) -> dict[int, str]:

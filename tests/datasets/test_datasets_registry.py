@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from kalypso import datasets
+from bench import datasets
 
 NAMES = ("reviews", "fever", "medec", "biodex", "contractnli")
 

@@ -6,7 +6,7 @@ import re
 
 import pandas as pd
 
-from kalypso.datasets import _jsonl, reviews
+from bench.datasets import _jsonl, reviews
 
 BATTERY_WORDS = re.compile(r"batter|charg|power bank", re.IGNORECASE)
 
@@ -16,7 +16,7 @@ def test_bundled_files_equal_what_generate_writes() -> None:
     for frame, name in ((data.reviews, reviews.REVIEWS_FILE), (data.aspects, reviews.ASPECTS_FILE)):
         path = _jsonl.DATA_DIR / name
         assert path.read_text(encoding="utf-8") == _jsonl.to_jsonl(frame), (
-            f"{name} is stale: run `python -m kalypso.datasets.reviews --write`"
+            f"{name} is stale: run `python -m bench.datasets.reviews --write`"
         )
     assert reviews.bundled_is_current()
 

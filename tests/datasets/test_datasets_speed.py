@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kalypso.datasets import biodex, clinical_notes, contracts, fever, reviews
+from bench.datasets import biodex, clinical_notes, contracts, fever, reviews
 
 LIMIT_SECONDS = 5.0
 LONG: dict[str, Callable[[], object]] = {

@@ -2,7 +2,7 @@
 
 Each note tells one consistent clinical story (history, vital signs, examination,
 results, assessment, plan) about one of the conditions in
-:mod:`kalypso.datasets._clinical_scenarios`. Like MEDEC, the text is a list of numbered
+:mod:`bench.datasets._clinical_scenarios`. Like MEDEC, the text is a list of numbered
 sentences (``"0 A 54-year-old woman presents ..."``, one per line), so a ``sem_map`` can
 answer with a sentence number. In a note with an error, exactly one sentence was altered
 to contradict the rest: a wrong diagnosis, a wrong drug, a dangerous dose, a wrong next
@@ -23,8 +23,8 @@ from typing import Final
 
 import pandas as pd
 
-from kalypso.datasets import _clinical_scenarios as C
-from kalypso.datasets._text import (
+from bench.datasets import _clinical_scenarios as C
+from bench.datasets._text import (
     Section,
     bernoulli_count,
     grow_to,

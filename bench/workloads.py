@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import kalypso
-from kalypso.datasets import biodex as biodex_data
-from kalypso.datasets import clinical_notes
-from kalypso.datasets import contracts as contract_data
-from kalypso.datasets import fever as fever_data
+from bench.datasets import biodex as biodex_data
+from bench.datasets import clinical_notes
+from bench.datasets import contracts as contract_data
+from bench.datasets import fever as fever_data
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Workload:
     on the two-stage shapes (paper Figure 10), fixed output budgets on MEDEC (Figure 12)."""
 
     def suite_systems(self) -> list[str]:
-        """What ``kalypso bench`` runs by default: the baseline, adaptive with virtual and
+        """What ``python -m bench`` runs by default: the baseline, adaptive with virtual and
         with explicit pinning, then this workload's ablations."""
         return [*COMMON_SYSTEMS, *self.ablations]
 

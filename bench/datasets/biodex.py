@@ -26,9 +26,9 @@ from typing import Final
 
 import pandas as pd
 
-from kalypso.datasets import _article_phrases as A
-from kalypso.datasets import _reaction_terms as T
-from kalypso.datasets._text import (
+from bench.datasets import _article_phrases as A
+from bench.datasets import _reaction_terms as T
+from bench.datasets._text import (
     Filler,
     Section,
     capitalize,

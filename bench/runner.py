@@ -24,7 +24,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from kalypso.bench.workloads import Workload
+from bench.workloads import Workload
 from kalypso.engine.protocol import Engine
 from kalypso.engine.warm_up import warm_up
 from kalypso.query.plan import QueryResult, compare_decisions

@@ -1,6 +1,6 @@
 """Vocabulary and sentence templates for the product-review demo dataset.
 
-Templates use ``{slot}`` fields filled by :func:`kalypso.datasets._text.render`. Aspect
+Templates use ``{slot}`` fields filled by :func:`bench.datasets._text.render`. Aspect
 templates are keyed by ``(topic, polarity)``; neutral templates never mention any aspect
 topic (in particular never the battery or charging), so the gold labels stay exact.
 """

@@ -1,9 +1,9 @@
-"""Reading and writing the bundled JSON-lines tables under ``datasets/data/``.
+"""Writing the bundled JSON-lines tables (``src/kalypso/datasets/data/``) and reading them.
 
 The on-disk form is canonical: one JSON object per row, keys in column order,
 ``ensure_ascii=False``, ``\\n`` line endings and a final newline. :func:`to_jsonl` is what
 :func:`write_jsonl` writes, so a test can compare a generated frame with a bundled file
-byte for byte.
+byte for byte. The package reads them with :func:`kalypso.datasets.reviews.read_jsonl`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-DATA_DIR = Path(__file__).with_name("data")
-"""Folder of the bundled data files (shipped as package data)."""
+from kalypso.datasets.reviews import DATA_DIR, read_jsonl
+
+__all__ = ["DATA_DIR", "read_jsonl", "to_jsonl", "write_jsonl"]
 
 
 def _plain(value: Any) -> Any:
@@ -41,14 +42,3 @@ def write_jsonl(frame: pd.DataFrame, path: Path) -> None:
     """Write ``frame`` to ``path`` in the canonical form, creating parent folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(to_jsonl(frame), encoding="utf-8", newline="\n")
-
-
-def read_jsonl(path: Path) -> pd.DataFrame:
-    """Read a file written by :func:`write_jsonl` back into a frame (column order kept).
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-    """
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    columns = list(records[0]) if records else []
-    return pd.DataFrame.from_records(records, columns=columns)

@@ -1,4 +1,4 @@
-"""The registry behind :func:`kalypso.datasets.load`: names, descriptions and the
+"""The registry behind :func:`bench.datasets.load`: names, descriptions and the
 generator arguments of each scale.
 
 Scales:
@@ -31,8 +31,8 @@ from typing import Any, Final, Literal
 
 import pandas as pd
 
-from kalypso.datasets._sizes import FEVER_PAPER_PASSAGES, REVIEWS_DEFAULT_N
-from kalypso.datasets._text import words_for_tokens
+from bench.datasets._sizes import FEVER_PAPER_PASSAGES, REVIEWS_DEFAULT_N
+from bench.datasets._text import words_for_tokens
 
 Scale = Literal["quick", "paper"]
 SCALES: Final = ("quick", "paper")
@@ -61,11 +61,11 @@ class DatasetInfo:
 
 
 # Generator modules are imported when a dataset is made, so that importing the package
-# stays cheap and ``python -m kalypso.datasets.reviews`` does not import itself twice.
+# stays cheap and ``python -m bench.datasets.reviews`` does not import itself twice.
 
 
 def _reviews(seed: int, **params: Any) -> Tables:
-    from kalypso.datasets import reviews
+    from bench.datasets import reviews
 
     # The default dataset is read from the bundled files (a test keeps them identical).
     if seed == 0 and params == {"n": REVIEWS_DEFAULT_N}:
@@ -76,27 +76,27 @@ def _reviews(seed: int, **params: Any) -> Tables:
 
 
 def _fever(seed: int, **params: Any) -> Tables:
-    from kalypso.datasets import fever
+    from bench.datasets import fever
 
     data = fever.generate(seed=seed, **params)
     return {"claims": data.claims, "corpus": data.corpus}
 
 
 def _medec(seed: int, **params: Any) -> Tables:
-    from kalypso.datasets import clinical_notes
+    from bench.datasets import clinical_notes
 
     return {"notes": clinical_notes.generate(seed=seed, **params)}
 
 
 def _biodex(seed: int, **params: Any) -> Tables:
-    from kalypso.datasets import biodex
+    from bench.datasets import biodex
 
     data = biodex.generate(seed=seed, **params)
     return {"articles": data.articles, "reaction_terms": data.reaction_terms}
 
 
 def _contractnli(seed: int, **params: Any) -> Tables:
-    from kalypso.datasets import contracts
+    from bench.datasets import contracts
 
     data = contracts.generate(seed=seed, **params)
     return {"contracts": data.contracts, "hypotheses": data.hypotheses}

@@ -1,6 +1,6 @@
 """PNG plots of benchmark records, in the spirit of the paper's Figures 7-12.
 
-    python -m kalypso.bench.plots bench/results/quick.json bench/results/sim-paper.json
+    python -m bench.plots bench/results/quick.json bench/results/sim-paper.json
 
 writes, next to each JSON file, the figures its records allow:
 
@@ -34,7 +34,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
-from kalypso.bench.runner import BASELINE
+from bench.runner import BASELINE
 
 Record = dict[str, Any]
 ADAPTIVE = "adaptive"

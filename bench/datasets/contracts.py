@@ -28,9 +28,9 @@ from typing import Final
 
 import pandas as pd
 
-from kalypso.datasets import _contract_boilerplate as B
-from kalypso.datasets import _contract_clauses as H
-from kalypso.datasets._text import (
+from bench.datasets import _contract_boilerplate as B
+from bench.datasets import _contract_clauses as H
+from bench.datasets._text import (
     Section,
     bernoulli_count,
     grow_to,

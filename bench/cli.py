@@ -1,4 +1,10 @@
-"""``kalypso bench``: run workloads side by side on real vLLM (CPU) or the simulator."""
+"""``python -m bench``: run workloads side by side on real vLLM (CPU) or the simulator.
+
+    python -m bench --engine sim --workload medec --kv-sweep 0.3,1.0 --out x.json
+
+``python -m bench --help`` lists the options. SIGTERM ends a run like Ctrl-C, so the vLLM
+servers it started are stopped.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +13,26 @@ import asyncio
 import dataclasses
 import functools
 import json
+import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from kalypso.bench.runner import (
+from bench.runner import (
     external_record,
     needs_pinning,
     run_systems,
     summary_table,
     write_records,
 )
-from kalypso.bench.workloads import WORKLOADS
+from bench.workloads import WORKLOADS
 from kalypso.engine.protocol import Engine
 
 DEFAULT_SYSTEMS = "suite"
@@ -188,7 +198,7 @@ def _run_external(
         console.print(f"  {baseline}: {workload.name} not expressed with {baseline}; skipped")
         return None
     script = "lotus_runner.py" if baseline == "lotus" else "pz_runner.py"
-    runner = Path(__file__).resolve().parents[3] / "bench" / script
+    runner = Path(__file__).resolve().with_name(script)
     console.print(f"  {workload.name} / {baseline}: running {runner.name}")
     with tempfile.TemporaryDirectory() as folder:
         job_path, out_path = Path(folder) / "job.json", Path(folder) / "out.json"
@@ -306,3 +316,43 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
     Console(width=160).print(summary_table(all_records))
     console.print(f"records written to {out}; {time.monotonic() - started:.0f} s in all")
     return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="run workloads side by side under several policies"
+    )
+    add_arguments(parser)
+    return parser
+
+
+_terminated: list[int] = []
+
+
+def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM ends the run like Ctrl-C does (asyncio cancels it, so the servers this
+    process started are stopped instead of outliving it)."""
+    _terminated.append(signum)
+    signal.raise_signal(signal.SIGINT)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from kalypso.engine.protocol import EngineError
+    from kalypso.models import ModelNotReadyError
+
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=True)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    try:
+        return asyncio.run(run_bench(args, console))
+    except (ModelNotReadyError, EngineError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]")
+        return 128 + (_terminated[-1] if _terminated else signal.SIGINT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

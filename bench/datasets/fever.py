@@ -1,7 +1,7 @@
 """FEVER-shaped fact checking: short claims and a corpus of encyclopedic passages.
 
 The corpus describes a fictional world (people, cities, rivers, films, books, bands,
-companies; see :mod:`kalypso.datasets._fever_world`), one Wikipedia-style paragraph per
+companies; see :mod:`bench.datasets._fever_world`), one Wikipedia-style paragraph per
 entity, so a model cannot answer from memory and must use retrieval. Each claim states a
 single fact about one entity; ``SUPPORTS`` claims state it correctly, ``REFUTES`` claims
 swap in a wrong value of the same type (another city, another director, a different
@@ -26,9 +26,9 @@ from typing import Final
 
 import pandas as pd
 
-from kalypso.datasets import _fever_world as W
-from kalypso.datasets._sizes import FEVER_PAPER_PASSAGES
-from kalypso.datasets._text import bernoulli_count
+from bench.datasets import _fever_world as W
+from bench.datasets._sizes import FEVER_PAPER_PASSAGES
+from bench.datasets._text import bernoulli_count
 
 CLAIM_COLUMNS: Final = ("claim_id", "claim", "label", "gold_passage_ids")
 PASSAGE_COLUMNS: Final = ("passage_id", "title", "text")

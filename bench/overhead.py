@@ -4,7 +4,7 @@ The scheduler, operators and prompt building run as usual; the engine returns at
 (``Yes`` to predicates, a short answer otherwise) without simulating KV memory, so the
 CPU time measured is Kalypso's alone. Run::
 
-    python -m kalypso.bench.overhead --left 5000 --right 20
+    python -m bench.overhead --left 5000 --right 20
 
 (5,000 left tuples joined with 20 right tuples: 105,000 tasks.)
 """

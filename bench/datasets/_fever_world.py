@@ -3,7 +3,7 @@
 :func:`build_world` makes people, cities, rivers, films, books, bands and companies with
 facts and cross-links (a film's director is a person in the world whose article mentions
 the film). :func:`passage` writes one Wikipedia-style introductory paragraph per entity.
-Every fact that claims are made about (see :mod:`kalypso.datasets.fever`) is stated in the
+Every fact that claims are made about (see :mod:`bench.datasets.fever`) is stated in the
 subject's passage, and relational facts also in the linked entity's passage.
 """
 
@@ -13,8 +13,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Final
 
-from kalypso.datasets._fever_names import NameBook
-from kalypso.datasets._text import (
+from bench.datasets._fever_names import NameBook
+from bench.datasets._text import (
     Section,
     grow_to,
     indefinite_article,

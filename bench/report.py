@@ -1,6 +1,6 @@
 """Markdown tables of benchmark records, for BENCHMARKS.md.
 
-    python -m kalypso.bench.report bench/results/quick.json
+    python -m bench.report bench/results/quick.json
 
 prints one table per workload and KV size, with each system's speed-up over
 operator-at-a-time measured at the same KV size in the same file (the same invocation).
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kalypso.bench.runner import BASELINE
+from bench.runner import BASELINE
 
 COLUMNS = (
     "system",

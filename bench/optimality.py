@@ -4,7 +4,7 @@ Small instances of each library workflow (2-4 agents x 2-4 queries), the bundled
 real tokens, one engine of 8,192 KV tokens; every policy's call order (list-scheduled by
 its ranking) is costed with the token-steps model and compared with the MILP optimum::
 
-    python -m kalypso.bench.optimality [--out bench/results/workflows-optimality.json]
+    python -m bench.optimality [--out bench/results/workflows-optimality.json]
 """
 
 from __future__ import annotations
