@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 @pytest.fixture(scope="module")
 async def pinning_engine() -> AsyncIterator[LocalVLLMEngine]:
-    per_token = kv_bytes_per_token(resolve_model())
+    per_token = kv_bytes_per_token(resolve_model(), "float32")  # the deterministic mode
     assert per_token is not None
-    settings = VLLMSettings(kv_cache_bytes=16 * 128 * per_token, max_num_seqs=8)
+    settings = VLLMSettings(kv_cache_bytes=16 * 128 * per_token, max_num_seqs=8, deterministic=True)
     settings = dataclasses.replace(settings, scheduler_cls=PINNING_SCHEDULER_CLS)
     engine = await LocalVLLMEngine.start(settings)
     try:
