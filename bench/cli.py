@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import signal
@@ -19,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--sweep-systems", default=DEFAULT_SWEEP_SYSTEMS)
     parser.add_argument(
+        "--model",
+        default="bundled",
+        help="bundled (SmolLM2-135M-Instruct), gemma3-270m (Gemma 3 270M base, converted by"
+        " bench.models on first use) or a model folder",
+    )
+    parser.add_argument(
         "--block-size",
         type=int,
         default=DEFAULT_BLOCK_SIZE_TOKENS,
@@ -131,54 +136,28 @@ async def _engine_for(args: argparse.Namespace, systems: list[str], kv_tokens: i
         block = profile.capacity.block_size_tokens
         blocks = max(4, kv_tokens // block)
         return SimEngine(profile, num_blocks=blocks, max_model_len_tokens=blocks * block)
-    from kalypso.engine.vllm_local import LocalVLLMEngine
+    from kalypso.engine.open import EngineSpec, open_engine
     from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
-    from kalypso.models import resolve_model
 
-    per_token = kv_bytes_per_token(resolve_model()) or 23_040
-    from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS
-
-    kv_bytes = kv_tokens * per_token
+    model = _model_path(args.model)
+    per_token = kv_bytes_per_token(model) or 23_040
     settings = VLLMSettings(
-        kv_cache_bytes=kv_bytes, max_num_seqs=16, block_size_tokens=args.block_size
+        model=model,
+        kv_cache_bytes=kv_tokens * per_token,
+        max_num_seqs=16,
+        block_size_tokens=args.block_size,
     )
-    pinning = needs_pinning(systems)
-    if pinning:
-        settings = dataclasses.replace(settings, scheduler_cls=PINNING_SCHEDULER_CLS)
-    if args.engine == "http":
-        return await _http_engine(settings, pinning)
-    return await LocalVLLMEngine.start(settings)
+    # a started server opens its admin endpoints (prefix-cache resets between systems)
+    return await open_engine(
+        EngineSpec(kind=args.engine, settings=settings, pinning=needs_pinning(systems))
+    )
 
 
-async def _http_engine(settings: Any, pinning: bool) -> Engine:
-    """A server started for this run; closing the engine stops it."""
-    from kalypso.engine.vllm_http import HTTPVLLMEngine
-    from kalypso.engine.vllm_server import VLLMServer
+@functools.cache
+def _model_path(name: str) -> str:
+    from bench.models import resolve
 
-    server = await asyncio.to_thread(VLLMServer.start, settings)
-    try:
-        engine = await HTTPVLLMEngine.connect(server.base_url, pinning=pinning)
-    except BaseException:
-        server.stop()
-        raise
-    return _ServerOwningEngine(engine, server)
-
-
-class _ServerOwningEngine:
-    """An HTTP engine that also stops the server it was started with."""
-
-    def __init__(self, engine: Any, server: Any) -> None:
-        self._engine = engine
-        self.server = server
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-    async def close(self) -> None:
-        try:
-            await self._engine.close()
-        finally:
-            self.server.stop()
+    return resolve(name)
 
 
 EXTERNAL_WORKLOADS = {"lotus": ("contractnli", "medec"), "palimpzest": ("contractnli", "medec")}
@@ -218,8 +197,19 @@ def _run_external(
             console.print(f"[red]{baseline} failed[/red]: {done.stderr[-2000:]}")
             return None
         result: dict[str, Any] = json.loads(out_path.read_text())
-    console.print(f"  {workload.name} / {baseline}: {result}")
+    shown = {k: v for k, v in result.items() if k != "rows"}
+    console.print(f"  {workload.name} / {baseline}: {shown}")
     return result
+
+
+def _elapsed(started: float) -> Callable[[], str]:
+    """A progress prefix: the wall time since ``started``, as ``[mm:ss] ``."""
+
+    def prefix() -> str:
+        elapsed = int(time.monotonic() - started)
+        return f"[{elapsed // 60:3d}:{elapsed % 60:02d}] "
+
+    return prefix
 
 
 def _systems(spec: str, workload: Any) -> list[str]:
@@ -239,7 +229,7 @@ def _positive_numbers(spec: str, option: str) -> list[float]:
 
 
 @functools.cache
-def _tokenizer(engine_kind: str) -> Any:
+def _tokenizer(engine_kind: str, model: str) -> Any:
     """The tokenizer the engine will use, loaded once per process (to size KV caches
     before the engine starts)."""
     if engine_kind == "sim":
@@ -247,13 +237,12 @@ def _tokenizer(engine_kind: str) -> Any:
 
         return WordTokenizer()
     from kalypso.engine.hf_tokenizer import load_hf_tokenizer
-    from kalypso.models import resolve_model
 
-    return load_hf_tokenizer(resolve_model())
+    return load_hf_tokenizer(_model_path(model))
 
 
 def _document_lengths(args: argparse.Namespace, workload: Any) -> list[int]:
-    counter = _tokenizer(args.engine)
+    counter = _tokenizer(args.engine, args.model)
     return [len(counter.encode(t)) for t in workload.table_text]
 
 
@@ -282,7 +271,12 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
         main_kv = int(args.kv_tokens or table_tokens * args.kv_fraction)
         sweep = [int(table_tokens * f) for f in sweep_fractions] + sweep_tokens
         settings = [(main_kv, _systems(args.systems, workload), True)]
-        settings += [(kv, _systems(args.sweep_systems, workload), False) for kv in sweep]
+        for position, kv in enumerate(sweep):
+            systems = _systems(args.sweep_systems, workload)
+            if args.systems == "suite" and position == 0:
+                # the static splits at a second KV size (adaptive vs the best split)
+                systems += [s for s in workload.sweep_ablations if s not in systems]
+            settings.append((kv, systems, False))
         run_sizes: set[int] = set()
         for asked_tokens, systems, with_baselines in settings:
             kv_tokens = _kv_tokens(asked_tokens, longest)
@@ -293,11 +287,18 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
             engine = await _engine_for(args, systems, kv_tokens)
             try:
                 console.print(
-                    f"[bold]{name}[/bold] ({args.scale}): table {table_tokens} tokens,"
-                    f" KV cache {engine.capacity.total_tokens} tokens on {engine.name};"
+                    f"[bold]{name}[/bold] ({args.scale}, {args.model}): table {table_tokens}"
+                    f" tokens, KV cache {engine.capacity.total_tokens} tokens on {engine.name};"
                     f" {len(systems)} systems; {time.monotonic() - started:.0f} s elapsed"
                 )
-                records = await run_systems(engine, workload, systems, console=console)
+                records = await run_systems(
+                    engine,
+                    workload,
+                    systems,
+                    console=console,
+                    model=args.model,
+                    progress=_elapsed(started),
+                )
                 if with_baselines:
                     for baseline, python in (
                         ("lotus", args.lotus_python),
@@ -306,7 +307,10 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
                         if python is None:
                             continue
                         await engine.reset_prefix_cache()
-                        external = _run_external(baseline, python, engine, workload, console)
+                        console.print(f"{_elapsed(started)()}{name} / {baseline}: running")
+                        external = await asyncio.to_thread(
+                            _run_external, baseline, python, engine, workload, console
+                        )
                         if external is not None:
                             records.append(external_record(baseline, external, records, workload))
             finally:

@@ -5,7 +5,12 @@ engine's clock: wall time on vLLM, virtual time on the simulator. Records are wr
 a JSON list with the fields other tools read (``workload``, ``system``, ``scale``,
 ``engine``, ``kv_cache_tokens``, ``time_s``, ``llm_calls``, ``prompt_tokens``,
 ``cached_tokens``, ``prefill_tokens``, ``min_prefill_tokens``, ``continuations``,
-``outputs_agree``, ...). ``outputs_agree`` compares each system's output table with
+``outputs_agree``, ...), with the engine's prefill and decode seconds over the run
+(``prefill_time_s``, ``decode_time_s``: deltas of the engine's cumulative per-request
+phase times, so requests running together each count their own time), each operator's
+rows in and out (``stages``: the selectivity) and the answers' quality against the
+generator's ground truth (``quality``; ``accuracy`` is the workload's headline metric).
+``outputs_agree`` compares each system's output table with
 operator-at-a-time's (the first system when that one is not run); ``rows_agree`` compares
 only the rows kept (the decisions) and ``cells_agree`` is the fraction of equal cells, for
 generated text that differs (bf16 on CPU: a prefix read from the cache is not bit-equal to
@@ -16,7 +21,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +31,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from bench.workloads import Workload
-from kalypso.engine.protocol import Engine
+from kalypso.engine.protocol import Engine, EngineStats
 from kalypso.engine.warm_up import warm_up
 from kalypso.query.plan import QueryResult, compare_decisions
 
@@ -66,6 +72,24 @@ class BenchRecord:
     """Of those, the ones that were not near-ties: 0 is the same-answers guarantee."""
     near_ties: int = 0
     """Decisions of this run whose margin is below the run's near-tie margin."""
+    model: str = "bundled"
+    requests: int = 0
+    """Engine requests: calls plus their continuations."""
+    output_tokens: int = 0
+    """Tokens decoded (one per decision)."""
+    prefill_time_s: float = 0.0
+    """Engine seconds in prefill over the run, summed over requests (they overlap)."""
+    decode_time_s: float = 0.0
+    """Engine seconds in decode over the run, summed over requests (they overlap)."""
+    stages: tuple[dict[str, Any], ...] = ()
+    """Per operator: ``operator``, ``rows_in``, ``rows_out``, ``calls`` (selectivity =
+    rows_out / rows_in)."""
+    accuracy_metric: str = ""
+    accuracy: float | None = None
+    """The workload's headline quality metric (``accuracy_metric``) against the ground
+    truth."""
+    quality: dict[str, float] = field(default_factory=dict)
+    """Every quality metric of the workload's scorer."""
 
 
 def system_options(system: str) -> dict[str, Any]:
@@ -97,27 +121,69 @@ def engine_clock_s(engine: Engine) -> float:
     return float(now) if isinstance(now, int | float) else time.monotonic()
 
 
+def quality(workload: Workload, frame: pd.DataFrame) -> tuple[str, float | None, dict[str, float]]:
+    """The workload's headline metric, its value and every metric of ``frame``."""
+    metrics = workload.score(frame)
+    name = next(iter(metrics), "")
+    return name, metrics.get(name), metrics
+
+
+def stages_of(result: QueryResult) -> tuple[dict[str, Any], ...]:
+    return tuple(
+        {"operator": s.operator, "rows_in": s.rows_in, "rows_out": s.rows_out, "calls": s.calls}
+        for s in result.operator_stats
+    )
+
+
+def _phase_delta(before: EngineStats, after: EngineStats) -> tuple[float, float]:
+    return (
+        round(after.prefill_time_s - before.prefill_time_s, 3),
+        round(after.decode_time_s - before.decode_time_s, 3),
+    )
+
+
 async def run_systems(
-    engine: Engine, workload: Workload, systems: list[str], *, console: Console | None = None
+    engine: Engine,
+    workload: Workload,
+    systems: list[str],
+    *,
+    console: Console | None = None,
+    model: str = "bundled",
+    progress: Callable[[], str] = str,
 ) -> list[BenchRecord]:
-    """Run ``workload`` once per system on ``engine``; returns one record per system."""
+    """Run ``workload`` once per system on ``engine``; returns one record per system.
+    With a console, prints a progress line as each run starts and ends, each behind
+    ``progress()`` (the caller's elapsed time)."""
     table_tokens = sum(len(engine.tokenizer.encode(t)) for t in workload.table_text)
     workload.plan.prepare()  # indexes and embedder: one-off work no system should be timed on
     await warm_up(engine, workload.table_text)
-    results: dict[str, tuple[QueryResult, float]] = {}
-    for system in systems:
+    results: dict[str, tuple[QueryResult, float, tuple[float, float]]] = {}
+    for position, system in enumerate(systems, 1):
         await engine.reset_prefix_cache()
+        if console is not None:
+            console.print(
+                f"{progress()}{workload.name} / {system} ({position}/{len(systems)},"
+                f" KV {engine.capacity.total_tokens} tokens): running"
+            )
+        before = await engine.stats()
         started = engine_clock_s(engine)
         result = await workload.plan.arun(engine, **system_options(system))
-        results[system] = (result, engine_clock_s(engine) - started)
+        elapsed_s = engine_clock_s(engine) - started
+        results[system] = (result, elapsed_s, _phase_delta(before, await engine.stats()))
         if console is not None:
-            console.print(f"  {workload.name} / {system}: {result.report()}")
+            metric, value, _ = quality(workload, result.frame)
+            selectivity = " -> ".join(f"{s['rows_out']}/{s['rows_in']}" for s in stages_of(result))
+            console.print(
+                f"{progress()}{workload.name} / {system}: {elapsed_s:.1f} s, rows {selectivity},"
+                f" {metric} {value}; {result.report()}"
+            )
     reference = results[BASELINE][0] if BASELINE in results else results[systems[0]][0]
     input_columns = sorted({str(k) for rows in workload.tables.values() for r in rows for k in r})
     records = []
     for system in systems:
-        result, elapsed_s = results[system]
+        result, elapsed_s, (prefill_s, decode_s) = results[system]
         differing, ties = compare_decisions(result, reference)
+        metric, value, metrics = quality(workload, result.frame)
         records.append(
             BenchRecord(
                 workload=workload.name,
@@ -145,6 +211,15 @@ async def run_systems(
                 decisions_differing=differing,
                 differing_not_near_ties=differing - len(ties),
                 near_ties=len(result.near_ties),
+                model=model,
+                requests=result.requests,
+                output_tokens=sum(s.output_tokens for s in result.operator_stats),
+                prefill_time_s=prefill_s,
+                decode_time_s=decode_s,
+                stages=stages_of(result),
+                accuracy_metric=metric,
+                accuracy=value,
+                quality=metrics,
             )
         )
     return records
@@ -170,11 +245,15 @@ def external_record(
     system: str, measured: dict[str, Any], records: list[BenchRecord], workload: Workload
 ) -> BenchRecord:
     """A record for a run of an external library (Lotus, Palimpzest) on the same server.
-    It builds its own prompts, so its outputs are not compared (``outputs_agree`` is false
-    by construction)."""
+    It builds its own prompts, so its outputs are not compared with ours (``outputs_agree``
+    is false by construction); its output rows are scored against the ground truth."""
     reference = records[0]
     prompt_tokens = int(measured["prompt_tokens"])
     cached_tokens = int(measured["cached_tokens"])
+    rows = measured.get("rows")
+    metric, value, metrics = (
+        quality(workload, pd.DataFrame(rows)) if rows is not None else ("", None, {})
+    )
     return BenchRecord(
         workload=workload.name,
         system=system,
@@ -197,6 +276,15 @@ def external_record(
         outputs_agree=False,
         rows_agree=False,
         cells_agree=0.0,
+        model=reference.model,
+        requests=int(measured["llm_calls"]),
+        output_tokens=int(measured.get("output_tokens", 0)),
+        prefill_time_s=round(float(measured.get("prefill_time_s", 0.0)), 3),
+        decode_time_s=round(float(measured.get("decode_time_s", 0.0)), 3),
+        stages=tuple(measured.get("stages", ())),
+        accuracy_metric=metric,
+        accuracy=value,
+        quality=metrics,
     )
 
 
@@ -221,8 +309,11 @@ def summary_table(records: list[BenchRecord]) -> RichTable:
         "dep. hit rate",
         "lost",
         "continued",
-        "agree",
-        "rows agree",
+        "prefill s",
+        "decode s",
+        "rows",
+        "accuracy",
+        "decisions differ (not ties)",
         "cells agree",
     )
     for header in headers:
@@ -242,8 +333,11 @@ def summary_table(records: list[BenchRecord]) -> RichTable:
             f"{r.dependent_hit_rate:.2f}",
             str(r.lost_prefixes),
             str(r.continuations),
-            str(r.outputs_agree),
-            str(r.rows_agree),
+            f"{r.prefill_time_s:.1f}",
+            f"{r.decode_time_s:.1f}",
+            " -> ".join(f"{s['rows_out']}/{s['rows_in']}" for s in r.stages) or "-",
+            "-" if r.accuracy is None else f"{r.accuracy_metric} {r.accuracy:.3f}",
+            f"{r.decisions_differing} ({r.differing_not_near_ties})",
             f"{r.cells_agree:.3f}",
         )
     return table

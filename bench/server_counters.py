@@ -10,6 +10,9 @@ WANTED = {
     "vllm:prompt_tokens_total": "prompt_tokens",
     "vllm:prefix_cache_hits_total": "cached_tokens",
     "vllm:request_success_total": "llm_calls",
+    "vllm:generation_tokens_total": "output_tokens",
+    "vllm:request_prefill_time_seconds_sum": "prefill_time_s",
+    "vllm:request_decode_time_seconds_sum": "decode_time_s",
 }
 
 
@@ -19,15 +22,20 @@ def counters(base_url: str) -> dict[str, float]:
     out = dict.fromkeys(WANTED.values(), 0.0)
     for line in text.splitlines():
         for metric, name in WANTED.items():
-            if line.startswith(metric):
+            if line.startswith((metric + "{", metric + " ")):
                 out[name] += float(line.rsplit(" ", 1)[1])
     return out
 
 
 def run_record(
-    before: dict[str, float], after: dict[str, float], elapsed_s: float, output_rows: int
-) -> dict[str, float]:
-    """The record a runner writes: counter deltas, time and output rows."""
-    record = {k: after[k] - before[k] for k in after}
-    record.update(time_s=round(elapsed_s, 3), output_rows=output_rows)
+    before: dict[str, float],
+    after: dict[str, float],
+    elapsed_s: float,
+    output_rows: int,
+    **extra: object,
+) -> dict[str, object]:
+    """The record a runner writes: counter deltas, time, output rows and ``extra`` (the
+    output rows' key columns for scoring, rows per operator)."""
+    record: dict[str, object] = {k: after[k] - before[k] for k in after}
+    record.update(time_s=round(elapsed_s, 3), output_rows=output_rows, **extra)
     return record

@@ -23,7 +23,10 @@ from kalypso.engine.sim import SimEngine
 
 REQUIRED = {"workload", "system", "scale", "engine", "kv_cache_tokens", "time_s", "llm_calls",
             "prompt_tokens", "cached_tokens", "prefill_tokens", "min_prefill_tokens",
-            "continuations", "continued_tokens", "decisions", "outputs_agree"}  # fmt: skip
+            "continuations", "continued_tokens", "decisions", "outputs_agree", "requests",
+            "output_tokens", "prefill_time_s", "decode_time_s", "stages", "accuracy",
+            "accuracy_metric", "quality", "near_ties", "differing_not_near_ties",
+            "model"}  # fmt: skip
 
 
 def test_system_names_map_to_run_options() -> None:
@@ -105,6 +108,14 @@ async def test_records_have_the_documented_fields_and_plots_are_written(tmp_path
     assert all(row["cells_agree"] == 1.0 for row in rows)
     adaptive = next(r for r in rows if r["system"] == "adaptive")
     assert adaptive["prefill_tokens"] <= 1.1 * adaptive["min_prefill_tokens"]
+    # per-phase engine time, per-operator selectivity and answer quality in every record
+    assert adaptive["prefill_time_s"] > 0 and adaptive["decode_time_s"] > 0
+    assert adaptive["prefill_time_s"] + adaptive["decode_time_s"] >= adaptive["time_s"] * 0.5
+    assert adaptive["stages"][0]["rows_in"] == len(workload.table_text)
+    assert adaptive["accuracy_metric"] == "flag_accuracy"
+    assert 0.0 <= adaptive["accuracy"] <= 1.0
+    assert set(adaptive["quality"]) == {"flag_accuracy", "flag_f1", "sentence_accuracy"}
+    assert adaptive["output_tokens"] >= adaptive["decisions"]
     written = plot_file(out)
     assert {p.name for p in written} == {
         "suite-fig7-time.png", "suite-fig9-blocking.png", "suite-fig10-splits.png",
@@ -171,3 +182,44 @@ async def test_warm_up_sends_requests_and_leaves_an_empty_prefix_cache() -> None
         await engine.close()
     assert looked_up == 4 * len(prompt)  # four requests, each the first 1/8 of the cache
     assert again.cached_tokens == 0  # the warm-up's blocks were dropped
+
+
+def _gold_frame(workload_name: str) -> pd.DataFrame:
+    """The output a perfect system would return (the keys the scorers read)."""
+    from bench.datasets import biodex as biodex_data
+    from bench.datasets import clinical_notes
+    from bench.datasets import contracts as contract_data
+    from bench.datasets import fever as fever_data
+
+    if workload_name == "contractnli":
+        data = contract_data.generate(n=8, seed=0, target_words=1480, nda_fraction=1.0)
+        text = dict(zip(data.hypotheses["hypothesis_id"], data.hypotheses["hypothesis"],
+                        strict=True))  # fmt: skip
+        rows = [(c, text[h]) for c, labels in zip(data.contracts["contract_id"],
+                data.contracts["labels"], strict=True) for h, label in labels.items()
+                if label != "not_mentioned"]  # fmt: skip
+        return pd.DataFrame(rows, columns=["contract_id", "hypothesis"])
+    if workload_name == "medec":
+        notes = clinical_notes.generate(n=40, seed=0, error_fraction=0.57)
+        flagged = notes[notes["has_error"]]
+        sentences = flagged["error_sentence_id"].astype(str)
+        return pd.DataFrame({"note_id": flagged["note_id"], "error_sentence": sentences})
+    if workload_name == "biodex":
+        articles = biodex_data.generate(n=8, seed=0, target_words=2015).articles
+        rows = [(a, t) for a, terms in zip(articles["article_id"], articles["reactions"],
+                strict=True) for t in terms]  # fmt: skip
+        return pd.DataFrame(rows, columns=["article_id", "term"])
+    claims = fever_data.generate(n=30, seed=0).claims
+    return claims[claims["label"] == "SUPPORTS"][["claim_id"]]
+
+
+@pytest.mark.parametrize("name", ["contractnli", "medec", "biodex", "fever"])
+def test_scorers_give_a_perfect_output_full_marks_and_nothing_none(name: str) -> None:
+    from bench.workloads import WORKLOADS
+
+    workload = WORKLOADS[name]("quick")
+    perfect = workload.score(_gold_frame(name))
+    headline = next(iter(perfect))
+    assert perfect[headline] == 1.0
+    empty = workload.score(pd.DataFrame())
+    assert empty[headline] < 1.0
