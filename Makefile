@@ -37,12 +37,18 @@ lotus-venv:
 	test -x $(LOTUS_VENV)/bin/python || $(PYTHON) -m venv $(LOTUS_VENV)
 	$(LOTUS_VENV)/bin/pip install -q "torch==2.13.0" "lotus-ai==1.2.4"
 
-# Palimpzest, likewise in its own venv (it pins numpy==2.0.2 and pyarrow==20.0.0). On
-# Python 3.11, bench/pz_runner.py lends it typing.TypeAliasType (see that file).
+# Palimpzest 1.5.3 (the paper's version), likewise in its own venv (it pins numpy==2.0.2 and
+# psutil==5.9.5). It needs Python >= 3.12: the first of python3.12, python3.13 or pyenv's
+# 3.12/3.13 that runs. Its torch comes from PyPI (the local CPU wheel is for 3.11 only).
 PZ_VENV ?= .venv-pz
+PZ_PYTHON ?= $(shell for p in python3.12 python3.13 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 \
+	$(HOME)/.pyenv/versions/3.13*/bin/python3.13; do $$p -c 'import sys; assert sys.version_info >= (3, 12)' \
+	2>/dev/null && { echo $$p; break; }; done)
 pz-venv:
-	test -x $(PZ_VENV)/bin/python || $(PYTHON) -m venv $(PZ_VENV)
-	$(PZ_VENV)/bin/pip install -q "torch==2.13.0" "palimpzest==0.9.0"
+	@test -n "$(PZ_PYTHON)" || { echo "Palimpzest 1.5.3 needs Python >= 3.12 (set PZ_PYTHON)"; exit 1; }
+	$(PZ_VENV)/bin/python -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null \
+		|| { rm -rf $(PZ_VENV); $(PZ_PYTHON) -m venv $(PZ_VENV); }
+	$(PZ_VENV)/bin/pip install -q -c bench/pz-constraints.txt "palimpzest==1.5.3"
 
 # The quick suite on real vLLM (CPU): every workload under its suite of systems (see
 # `python -m bench --help`), Lotus and Palimpzest on the same server, and a KV sweep; then the figures.

@@ -8,8 +8,9 @@
   figures.
 * :mod:`bench.overhead` (scheduler CPU per task), :mod:`bench.optimality` (schedule quality
   against the MILP optimum).
-* ``lotus_runner.py``, ``pz_runner.py``, ``server_counters.py``: run scripts for Lotus and
-  Palimpzest, each in its own venv.
+* ``external/``: ``lotus_runner.py`` and ``pz_runner.py`` (with ``server_counters.py``) run
+  a workload with Lotus and Palimpzest, each in its own venv (a folder of its own, so that
+  ``bench/datasets`` never shadows the ``datasets`` package those libraries import).
 
 Run from the repository's root (``python -m bench``), with Kalypso's venv.
 """

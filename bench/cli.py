@@ -177,7 +177,7 @@ def _run_external(
         console.print(f"  {baseline}: {workload.name} not expressed with {baseline}; skipped")
         return None
     script = "lotus_runner.py" if baseline == "lotus" else "pz_runner.py"
-    runner = Path(__file__).resolve().with_name(script)
+    runner = Path(__file__).resolve().parent / "external" / script
     console.print(f"  {workload.name} / {baseline}: running {runner.name}")
     with tempfile.TemporaryDirectory() as folder:
         job_path, out_path = Path(folder) / "job.json", Path(folder) / "out.json"

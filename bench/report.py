@@ -20,32 +20,55 @@ COLUMNS = (
     "system",
     "time (s)",
     "speed-up",
+    "prefill s / decode s",
     "calls",
+    "decoded",
     "prefill",
-    "min prefill",
     "prefill/min",
     "lost",
     "continued",
-    "rows agree",
+    "rows per operator",
+    "accuracy",
+    "decisions differ (not near-ties)",
+    "near-ties",
     "cells agree",
 )
+
+
+def selectivity(record: dict[str, Any]) -> str:
+    """Rows out/in per operator (index searches, which keep every row, left out)."""
+    stages = [s for s in record.get("stages", ()) if "index_search" not in s["operator"]]
+    return " -> ".join(f"{s['rows_out']}/{s['rows_in']}" for s in stages) or "-"
+
+
+def accuracy(record: dict[str, Any]) -> str:
+    if record.get("accuracy") is None:
+        return "-"
+    return f"{record['accuracy_metric']} {record['accuracy']:.2f}"
 
 
 def _row(record: dict[str, Any], base_time_s: float | None) -> list[str]:
     speedup = f"{base_time_s / record['time_s']:.2f}x" if base_time_s and record["time_s"] else "-"
     minimum = record["min_prefill_tokens"]
     external = record["system"] in ("lotus", "palimpzest")
+    phases = record.get("prefill_time_s"), record.get("decode_time_s")
     return [
         record["system"],
         f"{record['time_s']:.1f}",
         speedup,
+        f"{phases[0]:.0f} / {phases[1]:.0f}" if None not in phases else "-",
         str(record["llm_calls"]),
+        f"{record.get('output_tokens', 0):,}",
         f"{record['prefill_tokens']:,}",
-        "-" if external else f"{minimum:,}",
         "-" if external or not minimum else f"{record['prefill_tokens'] / minimum:.2f}",
         "-" if external else str(record["lost_prefixes"]),
         "-" if external else str(record.get("continuations", record.get("retries", 0))),
-        "-" if external else ("yes" if record["rows_agree"] else "no"),
+        selectivity(record),
+        accuracy(record),
+        "-"
+        if external
+        else f"{record.get('decisions_differing', 0)} ({record.get('differing_not_near_ties', 0)})",
+        "-" if external else str(record.get("near_ties", 0)),
         "-" if external else f"{record['cells_agree']:.3f}",
     ]
 

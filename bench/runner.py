@@ -83,7 +83,7 @@ class BenchRecord:
     """Engine seconds in decode over the run, summed over requests (they overlap)."""
     stages: tuple[dict[str, Any], ...] = ()
     """Per operator: ``operator``, ``rows_in``, ``rows_out``, ``calls`` (selectivity =
-    rows_out / rows_in)."""
+    rows_out / rows_in), ``prompt_tokens``, ``cached_tokens``, ``output_tokens``."""
     accuracy_metric: str = ""
     accuracy: float | None = None
     """The workload's headline quality metric (``accuracy_metric``) against the ground
@@ -130,7 +130,15 @@ def quality(workload: Workload, frame: pd.DataFrame) -> tuple[str, float | None,
 
 def stages_of(result: QueryResult) -> tuple[dict[str, Any], ...]:
     return tuple(
-        {"operator": s.operator, "rows_in": s.rows_in, "rows_out": s.rows_out, "calls": s.calls}
+        {
+            "operator": s.operator,
+            "rows_in": s.rows_in,
+            "rows_out": s.rows_out,
+            "calls": s.calls,
+            "prompt_tokens": s.prompt_tokens,
+            "cached_tokens": s.cached_tokens,
+            "output_tokens": s.output_tokens,
+        }
         for s in result.operator_stats
     )
 

@@ -131,23 +131,20 @@ def contractnli(scale: str = "quick", seed: int = 0, n: int | None = None) -> Wo
         for hid, label in labels.items()
         if label != "not_mentioned"
     }
-    ndas = set(data.contracts.loc[data.contracts["is_nda"], "contract_id"])
 
     def score(frame: pd.DataFrame) -> dict[str, float]:
         """F1 of the (contract, hypothesis) pairs kept against those the contract
-        addresses (entailed or contradicted); the filter's recall of NDAs."""
+        addresses (entailed or contradicted)."""
         kept = {
             (c, hypothesis_ids.get(h, h)) for c, h in _pairs(frame, "contract_id", "hypothesis")
         }
         pairs = _f1(kept, gold, n * len(hypothesis_ids))
-        kept_contracts = set(frame["contract_id"]) if "contract_id" in frame else set()
         return _rounded(
             {
                 "pair_f1": pairs["f1"],
                 "pair_precision": pairs["precision"],
                 "pair_recall": pairs["recall"],
                 "pair_accuracy": pairs["accuracy"],
-                "filter_recall": len(kept_contracts & ndas) / len(ndas) if ndas else 1.0,
             }
         )
 
@@ -229,8 +226,8 @@ def medec(scale: str = "quick", seed: int = 0, n: int | None = None) -> Workload
 
 BIODEX_MAP = "List the adverse drug reactions the {text} reports, comma-separated."
 BIODEX_JOIN = "Is the adverse reaction {term} absent from the {text}?"
-BIODEX_ACCEPT_BELOW = 0.15
-BIODEX_REJECT_ABOVE = 0.65
+BIODEX_ACCEPT_BELOW = 0.42
+BIODEX_REJECT_ABOVE = 0.50
 
 
 def biodex(

@@ -6,7 +6,7 @@ numpy<2 and pandas<3), not Kalypso's. It reads a job file written by ``python -m
 LLM calls and the server's prompt and prefix-cache-hit token counters over the run.
 Output caps are Kalypso's: 8 tokens for predicates, each map's own cap.
 
-    .venv-lotus/bin/python bench/lotus_runner.py JOB.json OUT.json
+    .venv-lotus/bin/python bench/external/lotus_runner.py JOB.json OUT.json
 """
 
 from __future__ import annotations
@@ -109,7 +109,9 @@ def main() -> int:
     elapsed_s = time.monotonic() - started
     after = counters(job["base_url"])
     columns = [c for c in KEYS[job["workload"]] if c in result.columns]
-    rows = result[columns].astype(str if job["workload"] == "medec" else object)
+    rows = result[columns]
+    if "error_sentence" in rows:
+        rows = rows.assign(error_sentence=rows["error_sentence"].astype(str))
     record = run_record(
         before, after, elapsed_s, len(result),
         rows=json.loads(rows.to_json(orient="records")), stages=stages.stages,
