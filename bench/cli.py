@@ -31,7 +31,7 @@ from bench.runner import (
     summary_table,
     write_records,
 )
-from bench.workloads import WORKLOADS
+from bench.workloads import QUOTE_TOKENS, WORKLOADS
 from kalypso.engine.protocol import Engine
 
 DEFAULT_SYSTEMS = "suite"
@@ -186,6 +186,7 @@ def _run_external(
             "tables": workload.tables,
             "base_url": engine.server.base_url,
             "model": engine.server.served_model_name,
+            "quote_tokens": QUOTE_TOKENS,
         }
         job_path.write_text(json.dumps(job, default=str))
         done = subprocess.run(

@@ -90,7 +90,7 @@ def run(job: dict, stages: Stages) -> pd.DataFrame:
         joined = stages.run("sem_join", pairs, lambda: contracts.sem_join(hypotheses, address))
         if len(joined) == 0:
             return joined
-        use_lm(job, 48)
+        use_lm(job, job.get("quote_tokens", 16))
         quote = "Quote the clause of the {text} that addresses: {hypothesis}"
         return stages.run("sem_map", len(joined), lambda: joined.sem_map(quote, suffix="evidence"))
     raise SystemExit(f"unknown workload {job['workload']!r}")

@@ -175,7 +175,8 @@ def run(runner: Runner) -> tuple[pd.DataFrame, list[str]]:
         if kept.empty:
             return kept, keys
         quote = "Quote the clause of the contract text that addresses the hypothesis."
-        return runner.sem_map(kept, "evidence", quote, ["text", "hypothesis"], 48), keys
+        cap = job.get("quote_tokens", 16)
+        return runner.sem_map(kept, "evidence", quote, ["text", "hypothesis"], cap), keys
     raise SystemExit(f"unknown workload {job['workload']!r}")
 
 
