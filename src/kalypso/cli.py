@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 
@@ -118,9 +119,23 @@ def cmd_engine_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from kalypso.demo import run_demo
+    from kalypso.demo import DemoSettings, run_demo
 
-    asyncio.run(run_demo(_settings(args), num_docs=args.docs, url=args.url, console=console))
+    policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
+    if len(policies) < 2:
+        raise SystemExit("--policies needs two or more policies, e.g. operator-at-a-time,adaptive")
+    demo = DemoSettings(
+        docs=args.docs,
+        kv_fraction=args.kv_fraction,
+        kv_cache_bytes=args.kv_cache_bytes,
+        policies=policies,
+        model=args.model,
+        url=args.url,
+        deterministic=args.deterministic,
+        verbose=args.verbose,
+        plot_path=args.plot,
+    )
+    asyncio.run(run_demo(demo, console))
     return 0
 
 
@@ -164,12 +179,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=cmd_engine_serve)
 
-    demo = sub.add_parser("demo", help="the main job: one plan, two execution policies")
-    _add_engine_options(demo, 100 * 2**20)
-    demo.add_argument("--docs", type=int, default=60, help="reviews to process (at most 60)")
-    demo.add_argument(
-        "--url", default=None, help="use a running vLLM server instead of in-process vLLM"
+    demo = sub.add_parser(
+        "demo",
+        help="the main job: one plan, two schedules, the same answers",
+        description="Run a three-operator plan over the bundled reviews operator-at-a-time"
+        " and with the adaptive scheduler, on vLLM (CPU) with the bundled model, and compare.",
     )
+    demo.add_argument("--docs", type=int, default=24, help="reviews to process (at most 60)")
+    demo.add_argument(
+        "--kv-fraction",
+        type=float,
+        default=0.2,
+        help="KV cache as a fraction of the table's tokens (default %(default)s)",
+    )
+    demo.add_argument(
+        "--kv-cache-bytes",
+        type=_parse_bytes,
+        default=None,
+        help="KV cache size instead, e.g. 64MiB",
+    )
+    demo.add_argument(
+        "--policies",
+        default="operator-at-a-time,adaptive",
+        help="policies to compare, the first is the baseline (default %(default)s)",
+    )
+    demo.add_argument("--model", default=BUNDLED_MODEL_NAME, help="'bundled' or a model folder")
+    demo.add_argument(
+        "--url", default=None, help="a running vLLM server (started with --admin-endpoints)"
+    )
+    demo.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="float32, so both schedules make the same decisions (default on)",
+    )
+    demo.add_argument("--verbose", action="store_true", help="show vLLM's own logs")
+    demo.add_argument("--plot", type=Path, default=None, help="where to save the PNG")
     demo.set_defaults(func=cmd_demo)
 
     workflow = sub.add_parser("workflow", help="batch agentic workflows").add_subparsers(

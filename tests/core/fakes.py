@@ -131,6 +131,7 @@ def make_core(
 ) -> SchedulerCore:
     ledger = ledger or KVLedger(capacity_blocks)
     ledger.register(owner)
+    settings.setdefault("share_blocks", False)  # the fakes' prompts are placeholders
     return SchedulerCore(
         len(workload.sizes),
         ledger,

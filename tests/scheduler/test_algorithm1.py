@@ -166,7 +166,9 @@ async def test_figure_5_adaptive_runs_the_filter_wider_than_parallel_dfs(
     assert [m.reason for m in adaptive.pipeline_reports[0].moves] == ["starving"]
     assert adaptive.pipeline_reports[0].final_budgets_blocks == [61, 3]
     assert adaptive_engine.max_in_flight["1:sem_filter"] == 7  # 7 * 6 blocks at once
-    assert adaptive.peak_reserved_blocks == 42
+    # 7 filter tasks of 6 blocks whose first 2 (the system prompt) are the same blocks,
+    # charged once: 7 x 4 + 2 = 30 (42 without sharing, as in the step test)
+    assert adaptive.peak_reserved_blocks == 30
 
 
 async def test_figure_6_adaptive_runs_the_join_wider_than_parallel_bfs(
@@ -191,7 +193,9 @@ async def test_figure_6_adaptive_runs_the_join_wider_than_parallel_bfs(
     )
     reasons = [m.reason for m in adaptive.pipeline_reports[0].moves]
     assert reasons[0] == "starving" and set(reasons[1:]) == {"saturated"}
-    assert adaptive_engine.max_in_flight["3:sem_join"] == 16
+    # the notes' prefixes share the system prompt's block: more room for joins than the
+    # 16 the step test (unshared prefixes) admits
+    assert adaptive_engine.max_in_flight["3:sem_join"] == 18
     assert adaptive.peak_reserved_blocks == 64
 
 
@@ -228,10 +232,12 @@ def long_texts_after_the_sample(short_notes: int = 4) -> Table:
 async def test_prefixes_held_upstream_do_not_deadlock_join_tasks_larger_than_sampled(
     make_engine: EngineFactory, policy: str
 ) -> None:
-    """Under parallel-bfs (budgets [60, 4]) the 30 notes complete and hold their 2-block
-    prefixes; a join task of 22 blocks then fits nowhere and nothing runs: only running
-    it can free anything, so it goes beyond the ledger (the last-resort rule, one task at
-    a time). The other policies never get there. Every run finishes (the core raises
+    """Under parallel-bfs (budgets [60, 4]) the 30 notes complete and hold their
+    ``[system | title]`` prefixes while a join task needs 22 blocks. The notes' prefixes
+    share the system prompt's block, charged once, so they hold about one block each and
+    the long join tasks fit beside them: no policy needs the last-resort rule here (the
+    step test ``test_prefixes_held_upstream_do_not_deadlock...`` in tests/core drives the
+    core into it with unshared prefixes). Every run finishes (the core raises
     ``SchedulerStuck`` instead of waiting for ever) with every pair."""
     engine = make_engine(outputs=outputs(1.0))
     result, _ = await run(long_texts_after_the_sample(), engine, policy)
@@ -239,7 +245,7 @@ async def test_prefixes_held_upstream_do_not_deadlock_join_tasks_larger_than_sam
     assert report.min_budgets_blocks == [5, 4]
     assert len(result.frame) == 60
     over = [launch for launch in report.launches if launch.over_commit]
-    assert bool(over) == (policy == "parallel-bfs")
+    assert over == []
     assert all(launch.stage == 1 and launch.total_blocks == 22 for launch in over)
 
 

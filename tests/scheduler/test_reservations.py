@@ -75,7 +75,8 @@ def unreserved_calls(
             shared = shared_tokens(parent_prompt, request.prompt_token_ids) // 16
             reused = min(shared, launch.parent_prefix_blocks)
         needed = blocks(len(request.prompt_token_ids) + request.max_tokens) - reused
-        if needed > launch.total_blocks:
+        # blocks of the prompt other tasks held were shared, not reserved again
+        if needed > launch.total_blocks + launch.referenced_blocks:
             bad.append((op, key, needed, launch.total_blocks))
         last_prompt[key] = request.prompt_token_ids
     return bad

@@ -7,11 +7,14 @@ Each instance (one query of a workflow batch) gets a :class:`FlowState`. Its tas
 * one task per LLM node, created when every node it depends on is done, which makes its
   call and then the Python steps its completion made ready.
 
-A task's *prefix parent* is the LLM node its prompt extends (``continue_from``, or the
-dependency whose prompt shares the most leading segments with it): that node's task
-holds its prefix blocks until every task naming it is done - the reservation tree of the
-relational front end, generalised to a DAG (each task names at most one parent, the data
-dependencies may form any DAG). Stages are the LLM nodes' depths in the dependency DAG.
+A task's *prefix parent* is the LLM node whose prompt and answer its own prompt extends
+(``continue_from``: a conversation continued): that node's task holds its prompt's blocks
+until every task naming it is done - the reservation tree of the relational front end,
+generalised to a DAG (each task names at most one parent; the data dependencies may form
+any DAG). Prompts that merely start alike (a system prompt, a query's context) need no
+holding: while their calls run, the memory manager charges their shared blocks once, and
+the engine's prefix cache keeps them while admission leaves it room. Stages are the LLM
+nodes' depths in the dependency DAG.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class FlowPlan:
         for node_id in stage_of:
             node = nodes[node_id]
             assert isinstance(node, LLMNode)
-            parent = node.continue_from or _longest_sharing_llm_dep(node, nodes)
+            parent = node.continue_from
             prefix_parent_of[node_id] = parent
             if parent is not None:
                 holders[parent] += 1
@@ -89,45 +92,6 @@ class FlowPlan:
 
 def _deps(node: Node) -> tuple[str, ...]:
     return tuple(getattr(node, "deps", ()))
-
-
-def _llm_ancestors(node_id: str, nodes: dict[str, Node]) -> set[str]:
-    out: set[str] = set()
-    stack = list(_deps(nodes[node_id]))
-    while stack:
-        current = stack.pop()
-        if current in out:
-            continue
-        out.add(current)
-        stack.extend(_deps(nodes[current]))
-    return {n for n in out if isinstance(nodes[n], LLMNode)}
-
-
-def _longest_sharing_llm_dep(node: LLMNode, nodes: dict[str, Node]) -> str | None:
-    """The LLM ancestor whose messages this node's messages start with, longest first."""
-    best: tuple[int, str] | None = None
-    for candidate in sorted(_llm_ancestors(node.node_id, nodes)):
-        other = nodes[candidate]
-        assert isinstance(other, LLMNode)
-        shared = _shared_parts(node, other)
-        if shared and (best is None or shared > best[0]):
-            best = (shared, candidate)
-    return best[1] if best else None
-
-
-def _shared_parts(a: LLMNode, b: LLMNode) -> int:
-    """Leading message parts two nodes have in common (same roles, same parts)."""
-    count = 0
-    for ma, mb in zip(a.messages, b.messages, strict=False):
-        if ma.role != mb.role:
-            break
-        for pa, pb in zip(ma.parts, mb.parts, strict=False):
-            if pa != pb:
-                return count
-            count += 1
-        if ma.parts != mb.parts:
-            break
-    return count
 
 
 @dataclass(eq=False)
@@ -224,7 +188,9 @@ class DataflowProgram:
     def prompt(self) -> tuple[Prompt, bool]:
         assert self.node is not None
         if self._prompt is None or not self._prompt[1]:
-            self._prompt = render_prompt(self.node, self.flow.instance, self.flow.context.layout)
+            self._prompt = render_prompt(
+                self.node, self.flow.instance, self.flow.context.layout, whole_prefix=True
+            )
         return self._prompt
 
     def planned_calls(self) -> list[PlannedCall]:

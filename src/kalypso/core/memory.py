@@ -12,9 +12,19 @@ what its children will reuse. When the task completes:
 * filtered, in the last stage, or with no children: everything is released, and it is done.
 
 A task is *done* when it completed and all its children are done; then its prefix is
-released and its parent is told, recursively. The holding relation is a forest over the
-data-dependency DAG: each task names at most one parent, the one whose prompt its own
-extends (the longest shared prefix)::
+released and its parent is told, recursively.
+
+**Shared blocks.** When a task's prompt is known, its full blocks are identified by their
+chained keys (``TaskMemory.hashes``), as vLLM's prefix cache identifies them: running
+tasks whose prompts start alike share those blocks in the engine, so the manager charges
+each key once, however many tasks reference it (a system prompt read by every running
+call, a query's context read by its several calls, a parent's prefix read by its
+children). A task is then charged its private blocks (the rest of its prompt, the
+outputs of its calls) plus the keys no other task holds; after it completes it keeps
+references only to the keys of its prefix, until its children are done.
+
+The holding relation is a forest over the data-dependency DAG: each task names at most
+one parent, the one whose prompt its own extends::
 
     parent (prefix held) --- child 1 (done)
                          \\-- child 2 (running)   -> parent released when child 2 is done
@@ -47,10 +57,18 @@ class TaskMemory:
     pending_children: int = 0
     completed: bool = False
     held_blocks: int = 0
-    """What this task holds right now (total while running, own prefix while waiting on
-    children, 0 when released)."""
+    """Private blocks this task holds right now (total while running, own prefix while
+    waiting on children, 0 when released)."""
     running: bool = False
+    hashes: tuple[int, ...] = ()
+    """Chained keys of the full blocks of the task's first prompt, when known: then
+    ``total_blocks`` counts every block, and the shared ones are charged once."""
+    held_hashes: tuple[int, ...] = ()
+    """The keys this task references right now."""
 
+    @property
+    def private_blocks(self) -> int:
+        return max(0, self.total_blocks - len(self.hashes))
 
 @dataclass
 class StageBudgets:
@@ -100,6 +118,17 @@ class MemoryManager:
         self.budgets = budgets
         self.owner = owner
         self._tasks: set[TaskMemory] = set()
+        self._refs: dict[int, int] = {}
+        """Key -> tasks referencing it (a key is charged once while any does)."""
+        self._payer: dict[int, int] = {}
+        """Key -> the stage whose budget it is charged to (the first to reference it)."""
+
+    def charge(self, task: TaskMemory) -> int:
+        """Blocks admitting ``task`` would reserve now: all of them, or with known keys,
+        its private blocks and the keys no running or holding task references."""
+        if not task.hashes:
+            return task.total_blocks
+        return task.private_blocks + sum(1 for key in task.hashes if key not in self._refs)
 
     def admits(self, task: TaskMemory, *, stage_idle: bool, query_idle: bool) -> bool:
         """Whether ``task`` may start now.
@@ -116,7 +145,7 @@ class MemoryManager:
           cache; the engine still runs it (evicting, or - with explicit pins - stalling
           until the deadlock handler unpins).
         """
-        blocks = task.total_blocks
+        blocks = self.charge(task)
         if self.budgets.free_blocks(task.stage) >= blocks and self.ledger.fits(blocks):
             return True
         if stage_idle and self.ledger.fits(blocks):
@@ -125,7 +154,11 @@ class MemoryManager:
 
     def allocate(self, task: TaskMemory) -> None:
         self._tasks.add(task)
-        self._hold(task, task.total_blocks)
+        if task.hashes:
+            self._hold(task, task.private_blocks)
+            self._reference(task, task.hashes)
+        else:
+            self._hold(task, task.total_blocks)
         task.running = True
         self.ledger.task_started(self.owner)
 
@@ -138,14 +171,19 @@ class MemoryManager:
         task.pending_children = children
         self._stop(task)
         if children > 0:
-            own_prefix = task.prefix_blocks - task.shared_blocks
-            self._hold(task, max(0, min(own_prefix, task.total_blocks)))
+            if task.hashes:
+                self._hold(task, 0)
+                self._reference(task, task.hashes[: task.prefix_blocks])
+            else:
+                own_prefix = task.prefix_blocks - task.shared_blocks
+                self._hold(task, max(0, min(own_prefix, task.total_blocks)))
             return []
         return self._finish(task)
 
     def requeue(self, task: TaskMemory, total_blocks: int) -> None:
         """Release a task that will run again (it needs a larger reservation)."""
         self._hold(task, 0)
+        self._reference(task, ())
         self._stop(task)
         task.total_blocks = total_blocks
 
@@ -156,6 +194,8 @@ class MemoryManager:
         for task in self._tasks:
             released += task.held_blocks
             self._hold(task, 0)
+            released += sum(1 for key in task.held_hashes if self._refs.get(key) == 1)
+            self._reference(task, ())
             if task.running:
                 self._stop(task)
         self._tasks.clear()
@@ -170,6 +210,7 @@ class MemoryManager:
         current: TaskMemory | None = task
         while current is not None and current.completed and current.pending_children == 0:
             self._hold(current, 0)
+            self._reference(current, ())
             self._tasks.discard(current)
             done.append(current)
             parent = current.parent
@@ -178,6 +219,33 @@ class MemoryManager:
             parent.pending_children -= 1
             current = parent
         return done
+
+    def _reference(self, task: TaskMemory, keys: tuple[int, ...]) -> None:
+        """Set the keys ``task`` references to ``keys``: a key gets charged (to the ledger
+        and to this task's stage) when its first reference comes, released at its last."""
+        kept = set(keys)
+        for key in task.held_hashes:
+            if key in kept:
+                continue
+            count = self._refs[key] - 1
+            if count:
+                self._refs[key] = count
+                continue
+            del self._refs[key]
+            self.ledger.release(self.owner, 1)
+            self.budgets.used_blocks[self._payer.pop(key)] -= 1
+        previous = set(task.held_hashes)
+        for key in keys:
+            if key in previous:
+                continue
+            if key in self._refs:
+                self._refs[key] += 1
+                continue
+            self._refs[key] = 1
+            self._payer[key] = task.stage
+            self.ledger.reserve(self.owner, 1)
+            self.budgets.used_blocks[task.stage] += 1
+        task.held_hashes = keys
 
     def _hold(self, task: TaskMemory, blocks: int) -> None:
         """Set what ``task`` holds to ``blocks`` (charged to its stage and the ledger)."""

@@ -41,9 +41,15 @@ class ProgramContext:
     stats_for: StatsFor
 
 
-def render_prompt(node: LLMNode, instance: Instance, layout: ChatLayout) -> tuple[Prompt, bool]:
+def render_prompt(
+    node: LLMNode, instance: Instance, layout: ChatLayout, *, whole_prefix: bool = False
+) -> tuple[Prompt, bool]:
     """``node``'s prompt for ``instance``, and whether every slot was ready. Slots not ready
-    yet contribute nothing: such a prompt is only good for its length (sizing)."""
+    yet contribute nothing: such a prompt is only good for its length (sizing).
+
+    The prompt's prefix (what dependent calls reuse) runs to its last slot, or with
+    ``whole_prefix`` through its last content segment (a call continued with its answer
+    reuses the whole prompt)."""
     messages: list[tuple[str, list[TokenIds]]] = []
     ready = True
     last_slot = 0
@@ -62,7 +68,7 @@ def render_prompt(node: LLMNode, instance: Instance, layout: ChatLayout) -> tupl
                 ready = False
                 segments.append(part.source.partial_ids(instance, layout))
         messages.append((message.role, segments))
-    return Prompt(layout, messages, prefix_segments=last_slot), ready
+    return Prompt(layout, messages, prefix_segments=count if whole_prefix else last_slot), ready
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ class Prompt:
             form the prefix dependent calls reuse (see :attr:`prefix_tokens`).
     """
 
-    __slots__ = ("_ids", "_layout", "_parts", "_prefix_tokens", "length_tokens")
+    __slots__ = ("_ids", "_keys", "_layout", "_parts", "_prefix_tokens", "length_tokens")
 
     def __init__(self, layout: ChatLayout, messages: Messages, *, prefix_segments: int = 0) -> None:
         roles = tuple(role for role, _ in messages)
@@ -121,6 +121,7 @@ class Prompt:
         self._layout = layout
         self._parts = parts
         self._ids: TokenIds | None = None
+        self._keys: tuple[int, tuple[int, ...]] | None = None
         self._prefix_tokens = prefix_tokens
         self.length_tokens = sum(map(len, parts))
 
@@ -132,6 +133,7 @@ class Prompt:
         prompt._layout = layout
         prompt._parts = [ids]
         prompt._ids = ids
+        prompt._keys = None
         prompt._prefix_tokens = prefix_tokens
         prompt.length_tokens = len(ids)
         return prompt
@@ -152,3 +154,16 @@ class Prompt:
                 out.extend(part)
             self._ids = tuple(out)
         return self._ids
+
+    def block_keys(self, block_size_tokens: int) -> tuple[int, ...]:
+        """Chained keys of the prompt's full blocks (as the engine's prefix cache chains
+        its block hashes; Python's tuple hash, compared within this process only)."""
+        if self._keys is None or self._keys[0] != block_size_tokens:
+            ids = self.ids
+            keys: list[int] = []
+            chain = 0
+            for start in range(0, len(ids) - block_size_tokens + 1, block_size_tokens):
+                chain = hash((chain, ids[start : start + block_size_tokens]))
+                keys.append(chain)
+            self._keys = (block_size_tokens, tuple(keys))
+        return self._keys[1]

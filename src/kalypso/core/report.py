@@ -37,6 +37,8 @@ class Launch:
     parent_prefix_blocks: int
     ledger_blocks: int
     """What the ledger held once the task was admitted (its own reservation included)."""
+    referenced_blocks: int = 0
+    """Blocks of its prompt other tasks already held (shared, charged once)."""
     over_commit: bool = False
     """Admitted beyond the ledger's capacity by the last-resort rule (nothing of any
     owner was running; only running it could free anything)."""

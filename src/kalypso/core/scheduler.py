@@ -101,6 +101,7 @@ class CoreSettings:
         explicit_pinning: pin each parent task's blocks in the engine until its last
             child is done.
         max_continuations: see :class:`~kalypso.core.options.RunOptions`.
+        share_blocks: see the attribute.
     """
 
     alpha: float = 1.0
@@ -108,6 +109,10 @@ class CoreSettings:
     max_running_tasks: int | None = None
     explicit_pinning: bool = False
     max_continuations: int = 2
+    share_blocks: bool = True
+    """Charge the blocks of prompts that running tasks share once (their chained keys, as
+    the engine's prefix cache shares them); off: every task is charged all its blocks
+    (beyond its parent's prefix)."""
 
 
 class SchedulerStuck(RuntimeError):
@@ -281,6 +286,7 @@ class SchedulerCore:
         assert self.memory is not None
         task.admitted = True
         before = self.ledger.reserved_blocks
+        charge = self.memory.charge(task.memory)
         if self.policy.memory_aware:
             self.memory.allocate(task.memory)
         after = self.ledger.reserved_blocks
@@ -290,10 +296,13 @@ class SchedulerCore:
             Launch(
                 task.stage,
                 task.key,
-                task.memory.total_blocks,
+                charge,
                 parent.prefix_blocks if parent is not None else 0,
                 after,
                 over_commit=after > self.ledger.capacity_blocks and after > before,
+                referenced_blocks=len(task.memory.hashes) - (charge - task.memory.private_blocks)
+                if task.memory.hashes
+                else 0,
             )
         )
         self.running[task.task_id] = task
@@ -344,8 +353,10 @@ class SchedulerCore:
             self.bounds.first_bound,
             task.bounds,
             self.block_size_tokens,
+            share_blocks=self.settings.share_blocks,
         )
         task.bounds = size.bounds
+        task.memory.hashes = size.hashes
         if self.policy.memory_aware:
             self.memory.requeue(task.memory, size.total_blocks)
         else:
@@ -459,12 +470,18 @@ class SchedulerCore:
     def _size(self, task: Task) -> None:
         """(Re)compute a waiting task's reservation and bounds."""
         size = size_task(
-            task.program, task.memory.parent, self.bounds.first_bound, {}, self.block_size_tokens
+            task.program,
+            task.memory.parent,
+            self.bounds.first_bound,
+            {},
+            self.block_size_tokens,
+            share_blocks=self.settings.share_blocks,
         )
         task.memory.total_blocks = size.total_blocks
         task.memory.prefix_blocks = size.prefix_blocks
         task.memory.shared_blocks = size.shared_blocks
+        task.memory.hashes = size.hashes
         task.bounds = size.bounds
         if self.memory is not None:  # a task larger than sampled raises its stage's minimum
             minimums = self.memory.budgets.min_budget_blocks
-            minimums[task.stage] = max(minimums[task.stage], size.total_blocks)
+            minimums[task.stage] = max(minimums[task.stage], size.net_blocks)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kalypso.core.graph import LLMNode
 from kalypso.core.memory import TaskMemory
-from kalypso.core.program import TaskProgram
+from kalypso.core.program import PlannedCall, TaskProgram
 from kalypso.engine.blocks import blocks_for
 
 SAMPLE_INSTANCES = 32
@@ -34,12 +34,20 @@ BoundOf = Callable[[LLMNode, int], int]
 class Sizing:
     """A task's reservation: ``total_blocks`` now, ``prefix_blocks`` kept for its
     children, the output ``bounds`` it assumed per operator (its calls use exactly
-    these), and ``shared_blocks`` of its parent's prefix subtracted from the total."""
+    these), and ``shared_blocks`` of its parent's prefix subtracted from the total.
+
+    With ``hashes`` (the keys of its first prompt's full blocks, see
+    :class:`~kalypso.core.memory.MemoryManager`), ``total_blocks`` counts every block and
+    nothing is subtracted: the memory manager charges shared blocks once.
+    ``net_blocks`` is the reservation net of the parent's prefix either way (what the
+    stage minimums are measured in)."""
 
     total_blocks: int
     prefix_blocks: int
     bounds: dict[str, int]
     shared_blocks: int
+    hashes: tuple[int, ...] = ()
+    net_blocks: int = 0
 
 
 def size_task(
@@ -48,18 +56,25 @@ def size_task(
     bound_of: BoundOf,
     overrides: dict[str, int],
     block_size_tokens: int,
+    *,
+    share_blocks: bool = False,
 ) -> Sizing:
     """The reservation of ``program`` from its current node on (see the module docstring).
 
     ``overrides`` are bounds already fixed for some operators (a continued call's larger
-    bound); the others come from ``bound_of(node, prompt_tokens)``.
+    bound); the others come from ``bound_of(node, prompt_tokens)``. With
+    ``share_blocks``, the keys of the first prompt's full blocks are returned, for the
+    memory manager to charge shared blocks once.
     """
     total_tokens = 0
     prefix_tokens = 0
     produced_tokens = 0
     shared_tokens: int | None = None
+    first: PlannedCall | None = None
     bounds = dict(overrides)
     for planned in program.planned_calls():
+        if first is None:
+            first = planned
         if shared_tokens is None and planned.ready:
             shared_tokens = program.expected_cached_tokens(planned.prompt)
         prompt_tokens = planned.prompt.length_tokens + produced_tokens
@@ -73,8 +88,13 @@ def size_task(
         shared = parent.prefix_blocks
         if program.origin.last_prompt is not None:  # the parent has run: count what is shared
             shared = min(shared, (shared_tokens or 0) // block_size_tokens)
-    total = max(blocks_for(total_tokens, block_size_tokens) - shared, 1 if total_tokens else 0)
-    return Sizing(total, prefix_tokens // block_size_tokens, bounds, shared)
+    gross = blocks_for(total_tokens, block_size_tokens)
+    net = max(gross - shared, 1 if total_tokens else 0)
+    prefix_blocks = prefix_tokens // block_size_tokens
+    if share_blocks and first is not None and first.ready and not first.generated_tokens:
+        keys = first.prompt.block_keys(block_size_tokens)
+        return Sizing(gross, prefix_blocks, bounds, 0, keys, net)
+    return Sizing(net, prefix_blocks, bounds, shared, (), net)
 
 
 def min_budgets(
@@ -102,7 +122,7 @@ def min_budgets(
                 stage, size.total_blocks, size.prefix_blocks, parent, size.shared_blocks
             )
             sized.append((program, memory))
-            largest = max(largest, size.total_blocks)
+            largest = max(largest, size.net_blocks)
         minimums.append(largest)
         level = sized
     return minimums

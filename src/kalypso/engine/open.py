@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kalypso.engine.protocol import Engine, EngineError
+from kalypso.engine.quiet import output_to
 from kalypso.engine.vllm_settings import VLLMSettings
 
 logger = logging.getLogger(__name__)
@@ -32,6 +34,9 @@ class EngineSpec:
         sim_profile: the simulator's cost profile; ``sim_blocks`` and
             ``sim_block_size_tokens`` override its capacity.
         pinning: start vLLM with the pinning scheduler (explicit pinning).
+        lspf: engines take waiting requests longest cached prefix first (vLLM's
+            :mod:`~kalypso.engine.vllm_lspf` scheduler class; the simulator's
+            ``waiting_order="lspf"``); not with ``pinning``.
     """
 
     kind: str = "vllm"
@@ -41,10 +46,13 @@ class EngineSpec:
     sim_blocks: int | None = None
     sim_block_size_tokens: int | None = None
     pinning: bool = False
+    lspf: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:
             raise ValueError(f"engine kind must be one of {ENGINE_KINDS}, got {self.kind!r}")
+        if self.pinning and self.lspf:
+            raise ValueError("explicit pinning and LSPF use different vLLM scheduler classes")
 
 
 class ServerOwningEngine:
@@ -64,8 +72,10 @@ class ServerOwningEngine:
             await asyncio.to_thread(self.server.stop)
 
 
-async def open_engine(spec: EngineSpec) -> Engine:
-    """The engine ``spec`` names, started or connected.
+async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engine:
+    """The engine ``spec`` names, started or connected. With ``log_path``, vLLM's output
+    (start-up logs, warnings, and the engine process's for its whole life) goes to that
+    file instead of the terminal.
 
     Raises:
         EngineError: it could not be started or reached (the message says why).
@@ -76,6 +86,10 @@ async def open_engine(spec: EngineSpec) -> Engine:
         from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS
 
         settings = VLLMSettings(**{**settings.__dict__, "scheduler_cls": PINNING_SCHEDULER_CLS})
+    if spec.lspf:
+        from kalypso.engine.vllm_lspf import LSPF_SCHEDULER_CLS
+
+        settings = VLLMSettings(**{**settings.__dict__, "scheduler_cls": LSPF_SCHEDULER_CLS})
     if spec.kind == "sim":
         from kalypso.engine.sim import SimEngine
 
@@ -83,11 +97,13 @@ async def open_engine(spec: EngineSpec) -> Engine:
             spec.sim_profile,
             num_blocks=spec.sim_blocks,
             block_size_tokens=spec.sim_block_size_tokens,
+            waiting_order="lspf" if spec.lspf else "priority",
         )
     if spec.kind == "vllm":
-        from kalypso.engine.vllm_local import LocalVLLMEngine
+        with output_to(log_path):
+            from kalypso.engine.vllm_local import LocalVLLMEngine
 
-        return await LocalVLLMEngine.start(settings)
+            return await LocalVLLMEngine.start(settings)
     from kalypso.engine.vllm_http import HTTPVLLMEngine
 
     if spec.url:

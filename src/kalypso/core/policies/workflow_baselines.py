@@ -10,6 +10,11 @@
                     pipeline): calls are admitted operator by operator as they get ready
 ``all-ready``       every ready call at once, the engine queueing them (LangGraph's batch
                     runnables, and the paper's Random schedule: no order of its own)
+``lspf``            every ready call at once, and the *engine* takes its waiting requests
+                    longest cached prefix first: run it on an engine opened with that
+                    order (``EngineSpec(lspf=True)``: vLLM's scheduler class
+                    :mod:`kalypso.engine.vllm_lspf`, or the simulator's
+                    ``waiting_order="lspf"``); on another engine it is ``all-ready``
 ==================  =================================================================
 
 All but ``all-ready`` are memory-aware (the ledger decides how many calls run at once),
@@ -92,6 +97,10 @@ class AllReady(Policy):
         return 0
 
 
+class LSPF(AllReady):
+    name = "lspf"
+
+
 def _factory(cls: type[Policy]) -> Any:
     def make(argument: str | None) -> Policy:
         no_argument(cls.name, argument)
@@ -100,5 +109,5 @@ def _factory(cls: type[Policy]) -> Any:
     return make
 
 
-for _cls in (QueryWise, OpWise, OpWiseStream, AllReady):
+for _cls in (QueryWise, OpWise, OpWiseStream, AllReady, LSPF):
     register_policy(_cls.name, _factory(_cls))

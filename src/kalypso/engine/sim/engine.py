@@ -75,6 +75,8 @@ class SimEngine:
         on_kv_event: called with every KV cache event (``BlockStored``,
             ``BlockRemoved``, ``AllBlocksCleared``) as it happens.
         yields_per_step: event-loop turns given to callers before each step.
+        waiting_order: ``"priority"`` (vLLM's default order) or ``"lspf"`` (longest cached
+            prefix first, the workflow paper's LSPF baseline).
         default_timeout_s: wall-clock seconds a request may take when it sets no
             ``timeout_s`` (see the module docstring).
 
@@ -103,6 +105,7 @@ class SimEngine:
         tokenizer: Tokenizer | None = None,
         on_kv_event: KVEventSink | None = None,
         yields_per_step: int = 8,
+        waiting_order: str = "priority",
         default_timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         if not default_timeout_s > 0:
@@ -120,7 +123,9 @@ class SimEngine:
         self.block_pool = BlockPool(self._capacity.num_blocks, on_event=on_kv_event)
         self._scheduler = Scheduler(
             KVCacheManager(self.block_pool, self._capacity.block_size_tokens),
-            SchedulerConfig(max_num_seqs, max_num_batched_tokens, fail_when_pinned_out),
+            SchedulerConfig(
+                max_num_seqs, max_num_batched_tokens, fail_when_pinned_out, waiting_order
+            ),
         )
         self._yields_per_step = yields_per_step
         self._default_timeout_s = default_timeout_s

@@ -41,10 +41,18 @@ class SchedulerConfig:
     """A request that cannot get its blocks even with nothing else running (pins hold
     them): False waits, as vLLM does (the engine then reports waiting requests and none
     running, which is how a deadlock shows); True fails it with EngineError."""
+    waiting_order: str = "priority"
+    """``"priority"`` (vLLM's: priority, then arrival) or ``"lspf"``: the waiting request
+    with the most leading blocks in the prefix cache first (the workflow paper's LSPF
+    baseline; :mod:`kalypso.engine.vllm_lspf` does the same on vLLM)."""
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError(f"scheduler limits must be >= 1: {self}")
+        if self.waiting_order not in ("priority", "lspf"):
+            raise ValueError(
+                f"waiting_order must be 'priority' or 'lspf', got {self.waiting_order!r}"
+            )
 
 
 @dataclass
@@ -191,16 +199,16 @@ class Scheduler:
             and self._budget_left(plan) > 0
             and len(self.running) < self.config.max_num_seqs
         ):
-            request = self._waiting[0][2]
+            request = self._next_waiting()
             hit = self.kv.get_computed_blocks(request)
             num_new = min(request.num_tokens - hit.num_tokens, self._budget_left(plan))
             if self.kv.allocate_slots(request, num_new, hit) is None:
                 if self.running or not self.config.fail_when_pinned_out:
                     return
-                heapq.heappop(self._waiting)
+                self._pop_waiting(request)
                 self._fail(request, plan)
                 continue
-            heapq.heappop(self._waiting)
+            self._pop_waiting(request)
             request.num_computed_tokens = hit.num_tokens
             if request.num_cached_tokens is None:
                 request.num_cached_tokens = hit.num_tokens
@@ -210,6 +218,22 @@ class Scheduler:
                 self.prefix_cache_hits_tokens += hit.num_tokens
             self.running.append(request)
             plan.add(request.request_id, num_new)
+
+    def _next_waiting(self) -> SimRequest:
+        if self.config.waiting_order == "priority":
+            return self._waiting[0][2]
+        best = min(
+            self._waiting,
+            key=lambda e: (-self.kv.get_computed_blocks(e[2]).num_tokens, e[0], e[1]),
+        )
+        return best[2]
+
+    def _pop_waiting(self, request: SimRequest) -> None:
+        if self._waiting[0][2] is request:
+            heapq.heappop(self._waiting)
+            return
+        self._waiting = [entry for entry in self._waiting if entry[2] is not request]
+        heapq.heapify(self._waiting)
 
     def _preempt(self, request: SimRequest) -> None:
         self.kv.free(request)

@@ -1,0 +1,235 @@
+"""The workflow benchmarks (the Helium paper's section 7): every library workflow under
+Kalypso's cache-aware scheduling with its optimizer, under each baseline, and under each
+ablation, side by side on one engine, the prefix cache reset before each system.
+
+    python -m bench.workflow_bench --engine vllm --out bench/results/workflows-cpu.json
+    python -m bench.workflow_bench --engine sim --scale paper --sim-profile qwen3-8b-h100 \\
+        --out bench/results/workflows-sim.json
+
+Systems (``--systems``):
+
+============================  ===========================================================
+``kalypso``                   cache-aware order, CSE, prompt/result cache, KV warming
+``querywise``                 one query at a time (vLLM serving each request's workflow)
+``opwise`` / ``opwise-stream``  operator at a time, with a barrier / streaming
+``all-ready``                 every ready call at once (LangGraph's discipline; Random)
+``lspf``                      all ready calls, the engine longest-cached-prefix first
+``no-cse`` ... ``no-warm``    ``kalypso`` without one part (the paper's Table 3 ablation)
+``langgraph``                 the real LangGraph library in its own venv, same server
+============================  ===========================================================
+
+Baselines run without Kalypso's optimizer (no CSE, no result cache, no warming), as the
+systems they stand for have none. Trading runs its first day untimed (it warms the caches,
+the result cache included) and times the second. Time is the engine's clock: wall seconds
+on vLLM, virtual seconds on the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from kalypso.core.options import RunOptions
+from kalypso.core.result_cache import PromptResultCache
+from kalypso.engine.open import EngineSpec, open_engine
+from kalypso.engine.protocol import Engine
+from kalypso.engine.vllm_settings import VLLMSettings
+from kalypso.workflow.command import accuracy
+from kalypso.workflow.library import BUILDERS, Workload, workload
+from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
+
+OFF = WorkflowOptions(merge=False, result_cache=False, warm=False)
+ON = WorkflowOptions()
+SYSTEMS: dict[str, tuple[str, WorkflowOptions]] = {
+    "kalypso": ("cache-aware", ON),
+    "querywise": ("querywise", OFF),
+    "opwise": ("opwise", OFF),
+    "opwise-stream": ("opwise-stream", OFF),
+    "all-ready": ("all-ready", OFF),
+    "lspf": ("lspf", OFF),
+    "no-cse": ("cache-aware", WorkflowOptions(merge=False)),
+    "no-cache": ("cache-aware", WorkflowOptions(result_cache=False)),
+    "no-cas": ("all-ready", ON),
+    "no-warm": ("cache-aware", WorkflowOptions(warm=False)),
+}
+DEFAULT_SYSTEMS = tuple(SYSTEMS)
+
+
+@dataclass(frozen=True)
+class WorkflowRecord:
+    workflow: str
+    system: str
+    scale: str
+    engine: str
+    kv_cache_tokens: int
+    queries: int
+    time_s: float
+    planning_s: float
+    llm_calls: int
+    prompt_tokens: int
+    cached_tokens: int
+    prefill_tokens: int
+    min_prefill_tokens: int
+    hit_rate: float
+    result_cache_hits: int
+    merged_calls: int
+    warmed_prefixes: int
+    prefill_s: float
+    decode_s: float
+    outputs_equal: float
+    """Fraction of output cells equal to ``kalypso``'s (1.0 for ``kalypso`` itself)."""
+    accuracy: float | None
+    """Mean over outputs with known answers (the first number is the answer)."""
+
+
+def engine_clock_s(engine: Engine) -> float:
+    now = getattr(engine, "now_s", None)
+    return float(now) if isinstance(now, int | float) else time.monotonic()
+
+
+async def run_system(
+    engine: Engine, job: Workload, system: str
+) -> tuple[WorkflowResult, float, float, float]:
+    """One system on ``job``: (the timed run's result, engine seconds, prefill s, decode s)."""
+    policy, switches = SYSTEMS[system]
+    options = RunOptions(policy=policy, system_prompt="")
+    cache = PromptResultCache(engine.name)
+    await engine.reset_prefix_cache()
+    result: WorkflowResult | None = None
+    elapsed = prefill_s = decode_s = 0.0
+    for flow, inputs in zip(job.workflows, job.inputs, strict=True):
+        before = await engine.stats()
+        started = engine_clock_s(engine)
+        result = await arun(flow, engine, inputs, options, workflow_options=switches, cache=cache)
+        elapsed = engine_clock_s(engine) - started
+        after = await engine.stats()
+        prefill_s = after.prefill_time_s - before.prefill_time_s
+        decode_s = after.decode_time_s - before.decode_time_s
+    assert result is not None
+    return result, elapsed, prefill_s, decode_s
+
+
+def equal_fraction(frame: pd.DataFrame, reference: pd.DataFrame) -> float:
+    if frame.shape != reference.shape or frame.size == 0:
+        return 0.0
+    return round(
+        float(frame.reset_index(drop=True).eq(reference.reset_index(drop=True)).to_numpy().mean()),
+        4,
+    )
+
+
+async def bench_engine(
+    spec: EngineSpec, names: Sequence[str], systems: Sequence[str], scale: str
+) -> list[WorkflowRecord]:
+    engine = await open_engine(spec)
+    records: list[WorkflowRecord] = []
+    try:
+        for name in names:
+            job = workload(name, scale)
+            reference: pd.DataFrame | None = None
+            for system in systems:
+                result, elapsed, prefill_s, decode_s = await run_system(engine, job, system)
+                if system == "kalypso":
+                    reference = result.outputs
+                scores = accuracy(result, dict(job.expected))
+                record = WorkflowRecord(
+                    workflow=name,
+                    system=system,
+                    scale=scale,
+                    engine=engine.name,
+                    kv_cache_tokens=engine.capacity.total_tokens,
+                    queries=job.queries,
+                    time_s=round(elapsed, 3),
+                    planning_s=round(result.planning_s, 4),
+                    llm_calls=result.llm_calls,
+                    prompt_tokens=result.prompt_tokens,
+                    cached_tokens=result.cached_tokens,
+                    prefill_tokens=result.prefill_tokens,
+                    min_prefill_tokens=result.min_prefill_tokens,
+                    hit_rate=round(result.hit_rate, 4),
+                    result_cache_hits=result.cache.hits if result.cache else 0,
+                    merged_calls=len(result.rewrites.merged),
+                    warmed_prefixes=result.warm.prefixes if result.warm else 0,
+                    prefill_s=round(prefill_s, 3),
+                    decode_s=round(decode_s, 3),
+                    outputs_equal=1.0
+                    if reference is None
+                    else equal_fraction(result.outputs, reference),
+                    accuracy=round(sum(scores.values()) / len(scores), 4) if scores else None,
+                )
+                records.append(record)
+                print(
+                    f"  {name:9} {system:13} {elapsed:8.2f} s  calls {result.llm_calls:4d}"
+                    f"  prefill {result.prefill_tokens:7d} (min {result.min_prefill_tokens})"
+                    f"  hit {result.hit_rate:.0%}  equal {record.outputs_equal:.2f}",
+                    flush=True,
+                )
+    finally:
+        await engine.close()
+    return records
+
+
+def engine_spec(args: argparse.Namespace, *, lspf: bool) -> EngineSpec:
+    if args.engine == "sim":
+        profile_blocks = args.sim_kv_tokens // args.block_size if args.sim_kv_tokens else None
+        return EngineSpec(
+            kind="sim",
+            sim_profile=args.sim_profile,
+            sim_blocks=profile_blocks,
+            sim_block_size_tokens=args.block_size,
+            lspf=lspf,
+        )
+    settings = VLLMSettings(
+        kv_cache_bytes=args.kv_cache_bytes,
+        block_size_tokens=args.block_size,
+        max_num_seqs=16,
+        deterministic=args.deterministic,
+    )
+    return EngineSpec(kind=args.engine, settings=settings, lspf=lspf)
+
+
+async def main_async(args: argparse.Namespace) -> list[WorkflowRecord]:
+    names = list(BUILDERS) if args.workflows == "all" else args.workflows.split(",")
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        raise SystemExit(f"unknown systems {unknown}; known: {list(SYSTEMS)}")
+    if "kalypso" in systems:
+        systems.remove("kalypso")
+        systems.insert(0, "kalypso")
+    plain = [s for s in systems if s != "lspf"]
+    records = await bench_engine(engine_spec(args, lspf=False), names, plain, args.scale)
+    if "lspf" in systems:
+        records += await bench_engine(engine_spec(args, lspf=True), names, ["lspf"], args.scale)
+    return records
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=("vllm", "http", "sim"), default="vllm")
+    parser.add_argument("--scale", choices=("small", "paper"), default="small")
+    parser.add_argument("--workflows", default="all", help="comma-separated names, or all")
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS))
+    parser.add_argument("--kv-cache-bytes", type=int, default=64 * 2**20)
+    parser.add_argument("--block-size", type=int, default=32)
+    parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument("--sim-profile", default="qwen3-8b-h100")
+    parser.add_argument("--sim-kv-tokens", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/workflows.json"))
+    args = parser.parse_args(argv)
+    records = asyncio.run(main_async(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps([asdict(r) for r in records], indent=1) + "\n")
+    print(f"wrote {len(records)} records to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
