@@ -70,6 +70,7 @@ class TaskMemory:
     def private_blocks(self) -> int:
         return max(0, self.total_blocks - len(self.hashes))
 
+
 @dataclass
 class StageBudgets:
     """Per-stage budgets of one pipeline run, and what each stage holds against them."""

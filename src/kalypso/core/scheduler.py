@@ -232,7 +232,7 @@ class SchedulerCore:
             if not task.admitted:
                 self._size(task)
             if not self._admits(task):
-                return
+                continue  # backfill: a later, smaller task may fit
             self.waiting[task.stage].remove(task)
             self._admit(task)
             admitted.append(task)
