@@ -29,6 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -59,7 +61,10 @@ SYSTEMS: dict[str, tuple[str, WorkflowOptions]] = {
     "no-cas": ("all-ready", ON),
     "no-warm": ("cache-aware", WorkflowOptions(warm=False)),
 }
-DEFAULT_SYSTEMS = tuple(SYSTEMS)
+DEFAULT_SYSTEMS = (*SYSTEMS, "langgraph")
+EXTERNAL = ("langgraph",)
+LANGGRAPH_PYTHON = Path(".venv-langgraph/bin/python")
+RUNNER = Path(__file__).resolve().parent / "external" / "langgraph_runner.py"
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,30 @@ def equal_fraction(frame: pd.DataFrame, reference: pd.DataFrame) -> float:
     )
 
 
+async def run_langgraph(engine: Engine, job: Workload, scale: str) -> dict[str, object] | None:
+    """The workflow with the real LangGraph library, in its own venv, on this server."""
+    server = getattr(engine, "server", None)
+    if server is None or not LANGGRAPH_PYTHON.exists():
+        print("  langgraph: needs --engine http and `make langgraph-venv`; skipped", flush=True)
+        return None
+    await engine.reset_prefix_cache()
+    with tempfile.TemporaryDirectory() as folder:
+        job_path, out_path = Path(folder) / "job.json", Path(folder) / "out.json"
+        spec = {
+            "workflow": job.name,
+            "scale": scale,
+            "base_url": server.base_url,
+            "model": server.served_model_name,
+        }
+        job_path.write_text(json.dumps(spec))
+        command = [str(LANGGRAPH_PYTHON), str(RUNNER), str(job_path), str(out_path)]
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"  langgraph failed: {done.stderr[-2000:]}", flush=True)
+            return None
+        return dict(json.loads(out_path.read_text()))
+
+
 async def bench_engine(
     spec: EngineSpec, names: Sequence[str], systems: Sequence[str], scale: str
 ) -> list[WorkflowRecord]:
@@ -135,6 +164,11 @@ async def bench_engine(
             job = workload(name, scale)
             reference: pd.DataFrame | None = None
             for system in systems:
+                if system == "langgraph":
+                    measured = await run_langgraph(engine, job, scale)
+                    if measured is not None:
+                        records.append(external_record(engine, job, scale, measured, reference))
+                    continue
                 result, elapsed, prefill_s, decode_s = await run_system(engine, job, system)
                 if system == "kalypso":
                     reference = result.outputs
@@ -176,6 +210,47 @@ async def bench_engine(
     return records
 
 
+def external_record(
+    engine: Engine,
+    job: Workload,
+    scale: str,
+    measured: dict[str, object],
+    reference: pd.DataFrame | None,
+) -> WorkflowRecord:
+    outputs = pd.DataFrame(list(measured["outputs"]))  # type: ignore[call-overload]
+    prompt = int(measured["prompt_tokens"])  # type: ignore[call-overload]
+    cached = int(measured["cached_tokens"])  # type: ignore[call-overload]
+    elapsed = float(measured["time_s"])  # type: ignore[arg-type]
+    print(
+        f"  {job.name:9} {'langgraph':13} {elapsed:8.2f} s  calls {measured['llm_calls']}"
+        f"  prefill {prompt - cached:7d}  hit {cached / max(1, prompt):.0%}",
+        flush=True,
+    )
+    return WorkflowRecord(
+        workflow=job.name,
+        system="langgraph",
+        scale=scale,
+        engine=engine.name,
+        kv_cache_tokens=engine.capacity.total_tokens,
+        queries=job.queries,
+        time_s=round(elapsed, 3),
+        planning_s=0.0,
+        llm_calls=int(measured["llm_calls"]),  # type: ignore[call-overload]
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        prefill_tokens=prompt - cached,
+        min_prefill_tokens=0,
+        hit_rate=round(cached / max(1, prompt), 4),
+        result_cache_hits=0,
+        merged_calls=0,
+        warmed_prefixes=0,
+        prefill_s=0.0,
+        decode_s=0.0,
+        outputs_equal=0.0 if reference is None else equal_fraction(outputs, reference),
+        accuracy=None,
+    )
+
+
 def engine_spec(args: argparse.Namespace, *, lspf: bool) -> EngineSpec:
     if args.engine == "sim":
         profile_blocks = args.sim_kv_tokens // args.block_size if args.sim_kv_tokens else None
@@ -198,7 +273,7 @@ def engine_spec(args: argparse.Namespace, *, lspf: bool) -> EngineSpec:
 async def main_async(args: argparse.Namespace) -> list[WorkflowRecord]:
     names = list(BUILDERS) if args.workflows == "all" else args.workflows.split(",")
     systems = [s for s in args.systems.split(",") if s]
-    unknown = [s for s in systems if s not in SYSTEMS]
+    unknown = [s for s in systems if s not in SYSTEMS and s not in EXTERNAL]
     if unknown:
         raise SystemExit(f"unknown systems {unknown}; known: {list(SYSTEMS)}")
     if "kalypso" in systems:

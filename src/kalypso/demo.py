@@ -42,15 +42,17 @@ def demo_plan(num_docs: int) -> kalypso.Table:
     reviews = load_bundled().reviews.head(num_docs)[["review_id", "product", "text"]]
     return (
         kalypso.table(reviews, name="reviews")
-        .sem_filter("Does this {text} talk about the battery?")
         .sem_map(
-            "What does the {text} say about the battery, in a few words?", "battery", max_tokens=16
-        )
-        .sem_map(
-            "Which product is the {text} about? Answer with the product name.",
+            "Name the product the {text} is about. Answer with its name only.",
             "named",
-            max_tokens=10,
+            max_tokens=8,
         )
+        .sem_map(
+            "What does the {text} say about the battery? Answer in a few words.",
+            "battery",
+            max_tokens=16,
+        )
+        .sem_filter("Does this {text} talk about the battery?")
     )
 
 
@@ -193,8 +195,9 @@ async def run_demo(demo: DemoSettings, console: Console) -> list[QueryResult]:
         )
         if log_path:
             out.print(f"vLLM's log: {log_path}")
-        for line in plan.explain().splitlines()[1:]:
-            out.print("  " + line.strip())
+        for planned in plan.physical_plan().operators():
+            line = f"  [{planned.op_id}] {planned.operator.describe()}"
+            out.print(line if len(line) <= WIDTH else line[: WIDTH - 3] + "...")
         results = await run_policies(plan, engine, demo.policies, out)
     finally:
         await engine.close()
