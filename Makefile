@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kalypso-installed
 
-.PHONY: setup demo test lint clean-venv lotus-venv pz-venv bench bench-paper
+.PHONY: setup demo test lint clean-venv lotus-venv pz-venv bench bench-paper langgraph-venv bench-workflows
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,3 +66,19 @@ bench-paper: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# LangGraph, for the workflow benchmark, in its own venv (with Kalypso's base package, for
+# the workflow library's definitions and bundled inputs).
+LANGGRAPH_VENV ?= .venv-langgraph
+langgraph-venv:
+	test -x $(LANGGRAPH_VENV)/bin/python || $(PYTHON) -m venv $(LANGGRAPH_VENV)
+	$(LANGGRAPH_VENV)/bin/pip install -q "langgraph>=1.2,<1.3" "langchain-openai>=0.3" -e .
+
+# The workflow suite: every library workflow under Kalypso, the baselines, the ablations and
+# real LangGraph on one vLLM server (CPU); the paper's scale on the simulator; schedule
+# quality against the MILP optimum.
+bench-workflows: setup langgraph-venv
+	$(BIN)/python -m bench.workflow_bench --engine http --out bench/results/workflows-cpu.json
+	$(BIN)/python -m bench.workflow_bench --engine sim --scale paper \
+		--out bench/results/workflows-sim.json
+	$(BIN)/python -m bench.optimality --out bench/results/workflows-optimality.json
