@@ -89,7 +89,7 @@ async def test_every_calls_prompt_is_built_exactly_once(
     outputs = SimOutputModel(yes_rate=0.6, min_output_tokens=4, max_output_tokens=30)
     engine = make_engine(outputs=outputs)
     layout = ChatLayout(engine.tokenizer)
-    result = await plan.arun(engine, policy=policy, layout=layout)
+    result = await plan.arun(engine, policy=policy, layout=layout, reserve_cap_when_it_fits=False)
 
     calls = {s.operator: s.calls for s in result.operator_stats}
     assert calls["1:sem_filter"] == 50 and calls["3:sem_join"] > 50 and calls["4:sem_map"] > 0

@@ -80,7 +80,7 @@ async def test_a_continued_request_is_the_prompt_plus_the_tokens_generated_so_fa
     engine = make_engine(outputs=LONG_ANSWERS)
     ledger = CheckingLedger(64)
     result = await filter_join_describe().arun(
-        engine, policy="sequential", ledger=ledger, query_id="q"
+        engine, reserve_cap_when_it_fits=False, policy="sequential", ledger=ledger, query_id="q"
     )
     check_run(result, ledger)
     report = result.pipeline_reports[0]
@@ -126,7 +126,7 @@ async def test_a_continuation_finds_its_prompt_cached(make_engine: EngineFactory
     """Only the new tokens cost anything: a continued request finds the call's prompt
     (and the tokens generated so far, up to their last full block) in the prefix cache."""
     engine = make_engine(outputs=LONG_ANSWERS)
-    await filter_join_describe().arun(engine, policy="sequential")
+    await filter_join_describe().arun(engine, reserve_cap_when_it_fits=False, policy="sequential")
     for positions in calls_by_key(engine, "4:sem_map").values():
         for position in positions[1:]:
             request = engine.requests[position]
@@ -141,7 +141,9 @@ async def test_the_answer_is_the_uninterrupted_calls(make_engine: EngineFactory)
     uninterrupted = make_engine(outputs=LONG_ANSWERS)
     baseline = await filter_join_describe().arun(uninterrupted, policy="operator-at-a-time")
     engine = make_engine(outputs=LONG_ANSWERS)
-    result = await filter_join_describe().arun(engine, policy="sequential")
+    result = await filter_join_describe().arun(
+        engine, reserve_cap_when_it_fits=False, policy="sequential"
+    )
 
     assert result.frame.equals(baseline.frame)
     assert [len(d.split()) for d in result.frame["d"]] == [40, 40]
@@ -163,7 +165,9 @@ async def test_every_policy_continues_and_returns_operator_at_a_times_answers(
     )
     engine = make_engine(outputs=LONG_ANSWERS)
     ledger = CheckingLedger(64)
-    result = await filter_join_describe().arun(engine, policy=policy, ledger=ledger, query_id="q")
+    result = await filter_join_describe().arun(
+        engine, reserve_cap_when_it_fits=False, policy=policy, ledger=ledger, query_id="q"
+    )
     check_run(result, ledger)
     report = result.pipeline_reports[0]
 
@@ -192,7 +196,9 @@ async def test_the_last_continuation_goes_to_the_cap(
         "Describe the {text}.", "d", max_tokens=64, first_bound_tokens=16
     )
     engine = make_engine(outputs=LONG_ANSWERS)
-    result = await plan.arun(engine, max_continuations=max_continuations)
+    result = await plan.arun(
+        engine, reserve_cap_when_it_fits=False, max_continuations=max_continuations
+    )
     for positions in calls_by_key(engine, "1:sem_map").values():
         assert [engine.requests[p].max_tokens for p in positions] == bounds
     assert result.continuations == 2 * (len(bounds) - 1)
@@ -204,7 +210,7 @@ async def test_a_call_cut_at_its_cap_keeps_what_the_cap_allows(make_engine: Engi
         "Describe the {text}.", "d", max_tokens=24, first_bound_tokens=10
     )
     engine = make_engine(outputs=LONG_ANSWERS)
-    result = await plan.arun(engine, max_continuations=5)
+    result = await plan.arun(engine, reserve_cap_when_it_fits=False, max_continuations=5)
 
     assert [r.max_tokens for r in engine.requests] == [10, 20 - 10, 24 - 20]
     assert [r.finish_reason for r in engine.results] == ["length"] * 3
@@ -237,7 +243,7 @@ async def test_a_fixed_first_bound_replaces_the_estimator_and_answers_do_not_cha
 async def test_no_continuation_when_the_first_bound_is_the_cap(make_engine: EngineFactory) -> None:
     plan = kalypso.table(notes(2, 5)).sem_map("Describe the {text}.", "d", max_tokens=16)
     engine = make_engine(outputs=LONG_ANSWERS)
-    result = await plan.arun(engine)
+    result = await plan.arun(engine, reserve_cap_when_it_fits=False)
     assert [r.max_tokens for r in engine.requests] == [16, 16]
     assert result.continuations == 0
     assert result.llm_calls == result.requests == 2
@@ -248,14 +254,14 @@ async def test_sem_extract_continues_like_sem_map(make_engine: EngineFactory) ->
         "Read the {text}.", ["drug"], max_tokens=64, first_bound_tokens=16
     )
     engine = make_engine(outputs=LONG_ANSWERS)
-    result = await plan.arun(engine)
+    result = await plan.arun(engine, reserve_cap_when_it_fits=False)
     assert [r.max_tokens for r in engine.requests] == [16, 16, 32]
     assert result.continuations == 2
 
 
 async def test_decisions_are_one_token_and_never_continued(make_engine: EngineFactory) -> None:
     engine = make_engine(outputs=LONG_ANSWERS)
-    result = await filter_join_describe().arun(engine)
+    result = await filter_join_describe().arun(engine, reserve_cap_when_it_fits=False)
     for op in ("1:sem_filter", "3:sem_join"):
         assert {r.max_tokens for r in engine.requests_of(op)} == {1}
         assert all(r.allowed_token_ids is not None for r in engine.requests_of(op))
@@ -287,7 +293,7 @@ async def test_the_estimator_learns_the_bound_and_later_tasks_stop_continuing(
     )
     answers = SimOutputModel(yes_rate=1.0, min_output_tokens=40, max_output_tokens=40)
     engine = make_engine(outputs=answers)
-    result = await plan.arun(engine, policy="adaptive")
+    result = await plan.arun(engine, reserve_cap_when_it_fits=False, policy="adaptive")
     baseline = await plan.arun(make_engine(outputs=answers), policy="operator-at-a-time")
 
     assert result.frame.equals(baseline.frame)
@@ -315,7 +321,7 @@ async def test_tasks_admitted_after_the_estimator_calibrates_use_its_bound(
     )
     answers = SimOutputModel(min_output_tokens=40, max_output_tokens=40)
     engine = make_engine(outputs=answers)
-    result = await plan.arun(engine, policy="adaptive")
+    result = await plan.arun(engine, reserve_cap_when_it_fits=False, policy="adaptive")
 
     bounds = {
         key: [engine.requests[p].max_tokens for p in positions]
@@ -328,3 +334,17 @@ async def test_tasks_admitted_after_the_estimator_calibrates_use_its_bound(
     assert learned, "later tasks should be admitted with the learned bound"
     assert result.continuations == 2 * len(early)
     assert list(result.frame["d"].str.split().str.len()) == [40] * 30
+
+
+async def test_the_cap_is_reserved_when_it_fits_and_nothing_is_continued(
+    make_engine: EngineFactory,
+) -> None:
+    """With room in the stage's budget a task is sized at its calls' caps: the same
+    answers, no continuation; the option off, the same plan continues its long answers."""
+    roomy = {"num_blocks": 1024, "outputs": LONG_ANSWERS}
+    capped = await filter_join_describe().arun(make_engine(**roomy))
+    bounded = await filter_join_describe().arun(
+        make_engine(**roomy), reserve_cap_when_it_fits=False
+    )
+    assert capped.continuations == 0 < bounded.continuations
+    assert capped.frame.equals(bounded.frame)

@@ -49,6 +49,10 @@ class RunOptions:
         alpha, beta: Algorithm 1's saturation and starvation thresholds (0 < beta < alpha).
         estimate_bounds: learn generative calls' output bounds online (else their own).
         fixed_bound_tokens: one first output bound for every generative call.
+        reserve_cap_when_it_fits: reserve a task's calls at their caps when its stage's
+            free budget holds that (no call is then continued), the estimate only under
+            memory pressure; off (or with a fixed bound, or without estimation, the
+            paper's Figure 12 ablations) every generative call starts at its bound.
         call_timeout_s: a call not finished after this many seconds fails the run
             (:class:`~kalypso.engine.protocol.EngineTimeoutError`); None: the engine's own.
         deadlock_check_s: with explicit pinning, how long without a completion before
@@ -69,6 +73,7 @@ class RunOptions:
     beta: float = 0.5
     estimate_bounds: bool = True
     fixed_bound_tokens: int | None = None
+    reserve_cap_when_it_fits: bool = True
     call_timeout_s: float | None = 600.0
     deadlock_check_s: float = 0.25
     near_tie_margin: float = 0.1
@@ -99,7 +104,7 @@ class RunOptions:
             raise PlanError(f"system_prompt must be a string, got {self.system_prompt!r}")
         if self.query_id is not None and (not isinstance(self.query_id, str) or not self.query_id):
             raise PlanError(f"query_id must be a non-empty string, got {self.query_id!r}")
-        for name in ("estimate_bounds", "progress"):
+        for name in ("estimate_bounds", "progress", "reserve_cap_when_it_fits"):
             if not isinstance(getattr(self, name), bool):
                 raise PlanError(f"{name} must be True or False, got {getattr(self, name)!r}")
 

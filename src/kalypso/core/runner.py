@@ -176,6 +176,9 @@ class PipelineRunner:
                 max_running_tasks=options.max_tasks_in_flight,
                 explicit_pinning=options.pinning == "explicit",
                 max_continuations=options.max_continuations,
+                cap_when_it_fits=options.reserve_cap_when_it_fits
+                and options.fixed_bound_tokens is None
+                and options.estimate_bounds,
             ),
         )
         self._requests = 0

@@ -109,6 +109,9 @@ class CoreSettings:
     max_running_tasks: int | None = None
     explicit_pinning: bool = False
     max_continuations: int = 2
+    cap_when_it_fits: bool = True
+    """Reserve every call's cap when the stage's free budget holds it (no continuation
+    then), the estimator's bound only under memory pressure."""
     share_blocks: bool = True
     """Charge the blocks of prompts that running tasks share once (their chained keys, as
     the engine's prefix cache shares them); off: every task is charged all its blocks
@@ -205,7 +208,7 @@ class SchedulerCore:
                     return SchedulerOutput(admitted, unpin)
                 task = queue[0]
                 if not task.admitted:
-                    self._size(task)  # with the estimator's bounds as of now
+                    self._size_to_fit(task)
                 if not self._admits(task):
                     break
                 queue.popleft()
@@ -230,7 +233,7 @@ class SchedulerCore:
             if not self.policy.gate(self.info(task), run):
                 continue
             if not task.admitted:
-                self._size(task)
+                self._size_to_fit(task)
             if not self._admits(task):
                 continue  # backfill: a later, smaller task may fit
             self.waiting[task.stage].remove(task)
@@ -467,12 +470,24 @@ class SchedulerCore:
         self._by_program[id(program)] = task
         return task
 
-    def _size(self, task: Task) -> None:
-        """(Re)compute a waiting task's reservation and bounds."""
+    def _size_to_fit(self, task: Task) -> None:
+        """Size a waiting task at its calls' caps when it would be admitted now at that
+        size (its stage's free budget holds it, or the rules for an idle stage or query
+        let it in): then no call of it is ever continued. Else with the estimator's
+        bounds as of now: the memory-pressure case."""
+        if self.settings.cap_when_it_fits and self.policy.memory_aware:
+            self._size(task, at_cap=True)
+            if self._admits(task):
+                return
+        self._size(task)
+
+    def _size(self, task: Task, *, at_cap: bool = False) -> None:
+        """(Re)compute a waiting task's reservation and bounds (the estimator's, or every
+        call's cap)."""
         size = size_task(
             task.program,
             task.memory.parent,
-            self.bounds.first_bound,
+            (lambda node, prompt_tokens: node.max_tokens) if at_cap else self.bounds.first_bound,
             {},
             self.block_size_tokens,
             share_blocks=self.settings.share_blocks,
@@ -482,6 +497,6 @@ class SchedulerCore:
         task.memory.shared_blocks = size.shared_blocks
         task.memory.hashes = size.hashes
         task.bounds = size.bounds
-        if self.memory is not None:  # a task larger than sampled raises its stage's minimum
+        if self.memory is not None and not at_cap:  # larger than sampled: raise the minimum
             minimums = self.memory.budgets.min_budget_blocks
             minimums[task.stage] = max(minimums[task.stage], size.net_blocks)
