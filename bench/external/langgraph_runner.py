@@ -23,7 +23,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional, TypedDict
+from typing import Any, TypedDict
 
 import httpx
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -97,9 +97,8 @@ def build(flow: Workflow, base_url: str, model: str) -> Any:
     steps = [v for v in flow.values if isinstance(v, LLM | Fn)]
     inputs = [v.name for v in flow.values if isinstance(v, Input)]
     # one channel per input and per step: parallel nodes write different keys
-    state = TypedDict(
-        "State", {n: Optional[str] for n in [*inputs, *(s.name for s in steps)]}, total=False
-    )  # type: ignore[misc]  # noqa: UP045
+    fields: dict[str, Any] = {n: str | None for n in [*inputs, *(s.name for s in steps)]}
+    state = TypedDict("State", fields, total=False)  # type: ignore[misc]
     graph = StateGraph(state)
 
     def llm_node(call: LLM) -> Any:
