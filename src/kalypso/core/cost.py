@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kalypso.core.trt import common_length
+
 Token = int | tuple[str, str, tuple[int, ...], int]
 """A static token id, or ``("slot", source, query key, position)`` for slot contents."""
 
@@ -35,12 +37,8 @@ class CallCost:
 
 
 def shared_tokens(a: Sequence[Token], b: Sequence[Token]) -> int:
-    count = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        count += 1
-    return count
+    """Leading tokens two prompts have in common."""
+    return common_length(a, b)
 
 
 def token_steps(calls: Sequence[CallCost], order: Sequence[int], capacity_tokens: int) -> float:

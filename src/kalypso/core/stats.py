@@ -77,6 +77,54 @@ class OperatorStats:
                 self.lost_prefixes += 1
 
 
+class RunTotals:
+    """Totals over a run's ``operator_stats`` (a mixin for the front ends' results)."""
+
+    operator_stats: tuple[OperatorStats, ...]
+
+    @property
+    def llm_calls(self) -> int:
+        return sum(s.calls for s in self.operator_stats)
+
+    @property
+    def requests(self) -> int:
+        """Engine requests (calls plus their continuations)."""
+        return sum(s.requests for s in self.operator_stats)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(s.prompt_tokens for s in self.operator_stats)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(s.cached_tokens for s in self.operator_stats)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def min_prefill_tokens(self) -> int:
+        """Prefill the run's prompts need at the least: every distinct full-block prefix
+        computed once (an unbounded prefix cache, :mod:`kalypso.core.ideal_cache`)."""
+        return sum(s.min_prefill_tokens for s in self.operator_stats)
+
+    @property
+    def continuations(self) -> int:
+        """Requests that continued a call stopped at its output bound."""
+        return sum(s.continuations for s in self.operator_stats)
+
+    @property
+    def continued_tokens(self) -> int:
+        """Tokens those continuations generated."""
+        return sum(s.continued_tokens for s in self.operator_stats)
+
+    @property
+    def hit_rate(self) -> float:
+        """Prompt tokens served from the prefix cache (or the result cache)."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
 def stats_frame(stats: list[OperatorStats]) -> pd.DataFrame:
     """One row per operator, plus the derived prefill tokens."""
     rows = [{**asdict(s), "prefill_tokens": s.prefill_tokens} for s in stats]

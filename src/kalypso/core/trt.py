@@ -87,7 +87,7 @@ class TemplatedRadixTree:
                 current.children.append(new)
                 current = new
                 break
-            common = _common(child.items, rest)
+            common = common_length(child.items, rest)
             if common < len(child.items):  # split the edge
                 lower = TreeNode(child.items[common:], child.children, child.leaves, child)
                 for grandchild in lower.children:
@@ -110,7 +110,7 @@ class TemplatedRadixTree:
 
     def shared_items(self, a: str, b: str) -> tuple[Item, ...]:
         """The template prefix two nodes share (items up to their common ancestor)."""
-        return self.templates[a][: _common(self.templates[a], self.templates[b])]
+        return self.templates[a][: common_length(self.templates[a], self.templates[b])]
 
     def path(self, node_id: str) -> list[TreeNode]:
         """Tree nodes from the root's child down to ``node_id``'s leaf."""
@@ -144,7 +144,8 @@ class TemplatedRadixTree:
         return "\n".join(lines)
 
 
-def _common(a: Sequence[Item], b: Sequence[Item]) -> int:
+def common_length(a: Sequence[object], b: Sequence[object]) -> int:
+    """Leading items two sequences have in common."""
     count = 0
     for x, y in zip(a, b, strict=False):
         if x != y:

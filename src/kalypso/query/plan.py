@@ -39,7 +39,7 @@ from kalypso.core.progress import ProgressView
 from kalypso.core.prompt import ChatLayout
 from kalypso.core.report import PipelineReport
 from kalypso.core.runner import RunState
-from kalypso.core.stats import OperatorStats, stats_frame
+from kalypso.core.stats import OperatorStats, RunTotals, stats_frame
 from kalypso.engine.protocol import Engine
 from kalypso.query.blocking_ops import SemAgg, SemTopK
 from kalypso.query.executor import Execution, execute
@@ -66,7 +66,7 @@ class Decision:
 
 
 @dataclass(frozen=True)
-class QueryResult:
+class QueryResult(RunTotals):
     """The output table and what it cost."""
 
     frame: pd.DataFrame
@@ -80,43 +80,6 @@ class QueryResult:
     decisions: tuple[Decision, ...] = field(default=(), repr=False)
     """Every constrained decision with its margin, in (operator, key) order."""
     near_tie_margin: float = 0.1
-
-    @property
-    def llm_calls(self) -> int:
-        return sum(s.calls for s in self.operator_stats)
-
-    @property
-    def requests(self) -> int:
-        """Engine requests (calls plus their continuations)."""
-        return sum(s.requests for s in self.operator_stats)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(s.prompt_tokens for s in self.operator_stats)
-
-    @property
-    def cached_tokens(self) -> int:
-        return sum(s.cached_tokens for s in self.operator_stats)
-
-    @property
-    def prefill_tokens(self) -> int:
-        return self.prompt_tokens - self.cached_tokens
-
-    @property
-    def continuations(self) -> int:
-        """Requests that continued a call stopped at its output bound."""
-        return sum(s.continuations for s in self.operator_stats)
-
-    @property
-    def continued_tokens(self) -> int:
-        """Tokens those continuations generated."""
-        return sum(s.continued_tokens for s in self.operator_stats)
-
-    @property
-    def min_prefill_tokens(self) -> int:
-        """Prefill the run's prompts need at the least: every distinct full-block prefix
-        computed once (an unbounded prefix cache, :mod:`kalypso.core.ideal_cache`)."""
-        return sum(s.min_prefill_tokens for s in self.operator_stats)
 
     @property
     def lost_prefixes(self) -> int:

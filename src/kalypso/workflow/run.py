@@ -24,7 +24,7 @@ from kalypso.core.progress import ProgressView
 from kalypso.core.report import PipelineReport
 from kalypso.core.result_cache import CacheStats, PromptResultCache
 from kalypso.core.runner import PipelineRunner, RunState
-from kalypso.core.stats import OperatorStats, stats_frame
+from kalypso.core.stats import OperatorStats, RunTotals, stats_frame
 from kalypso.core.warm import Warmer, WarmReport
 from kalypso.engine.protocol import Engine
 from kalypso.workflow.dsl import Workflow
@@ -62,7 +62,7 @@ class WorkflowOptions:
 
 
 @dataclass(frozen=True)
-class WorkflowResult:
+class WorkflowResult(RunTotals):
     """Outputs (one row per query, a column per output) and what the run cost."""
 
     outputs: pd.DataFrame
@@ -77,31 +77,6 @@ class WorkflowResult:
     warm: WarmReport | None = None
     planning_s: float = 0.0
     """Optimizing, lowering and ordering before the first call (included in ``time_s``)."""
-
-    @property
-    def llm_calls(self) -> int:
-        return sum(s.calls for s in self.operator_stats)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(s.prompt_tokens for s in self.operator_stats)
-
-    @property
-    def cached_tokens(self) -> int:
-        return sum(s.cached_tokens for s in self.operator_stats)
-
-    @property
-    def prefill_tokens(self) -> int:
-        return self.prompt_tokens - self.cached_tokens
-
-    @property
-    def min_prefill_tokens(self) -> int:
-        return sum(s.min_prefill_tokens for s in self.operator_stats)
-
-    @property
-    def hit_rate(self) -> float:
-        """Prompt tokens served from the prefix cache (or the result cache)."""
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def summary(self) -> str:
         hits = f", result cache {self.cache.hits} hits" if self.cache else ""
