@@ -137,6 +137,9 @@ class FanOutNode:
     instances that have not run yet)."""
     deps: tuple[str, ...] = ()
     description: str = ""
+    blocking: bool = False
+    """``expand`` does heavy work (embeds a query, searches an index): the runner calls
+    it in a thread, off the event loop."""
 
     @property
     def kind(self) -> str:

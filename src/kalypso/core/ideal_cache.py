@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kalypso.engine.blocks import chain_keys
+
 
 class IdealPrefixCache:
     """Full-block prefixes seen so far, as chained block keys (never evicted).
@@ -27,12 +29,7 @@ class IdealPrefixCache:
         self._blocks: set[int] = set()
 
     def _keys(self, token_ids: Sequence[int], start_block: int = 0, chain: int = 0) -> list[int]:
-        block = self.block_size_tokens
-        keys = []
-        for index in range(start_block, len(token_ids) // block):
-            chain = hash((chain, tuple(token_ids[index * block : (index + 1) * block])))
-            keys.append(chain)
-        return keys
+        return chain_keys(token_ids, self.block_size_tokens, start_block=start_block, chain=chain)
 
     def prefill_tokens(self, prompt: Sequence[int]) -> int:
         """Tokens of ``prompt`` this cache would compute; then remembers its blocks."""

@@ -179,6 +179,8 @@ class StageProgram:
         self._prompts: dict[str, tuple[Instance, Prompt, bool]] = {}
         self._partial: TokenIds = ()
         self._counted_in: set[str] = set()
+        self._children: list[StageProgram] | None = None
+        self._counted_out = False
 
     # ---- for sizing --------------------------------------------------------------
     @property
@@ -292,11 +294,36 @@ class StageProgram:
     def dropped(self) -> bool:
         return self.instance is None
 
+    @property
+    def expands_off_loop(self) -> bool:
+        """Whether computing :meth:`children` is heavy (the runner then calls
+        :meth:`prepare_children` in a thread first)."""
+        following = self.stage.index + 1
+        if self.instance is None or following >= len(self._stages):
+            return False
+        fan_out = self._stages[following].fan_out
+        return fan_out is not None and fan_out.blocking
+
+    def prepare_children(self) -> None:
+        """Compute the children now (in a thread, for a heavy fan-out; they are counted in
+        the statistics by :meth:`children`, on the event loop's thread)."""
+        if self.instance is not None:
+            self._children = self._expand(self.instance)
+
     def children(self) -> list[StageProgram]:
         """The next stage's programs for this instance (after the stage ran)."""
         if self.instance is None or self.stage.index + 1 >= len(self._stages):
             return []
-        return self._expand(self.instance, count=True)
+        if self._children is None:
+            self._children = self._expand(self.instance)
+        if not self._counted_out:
+            self._counted_out = True
+            fan_out = self._stages[self.stage.index + 1].fan_out
+            if fan_out is not None:
+                stats = self._stats_for(fan_out.op_id)
+                stats.rows_in += 1
+                stats.rows_out += len(self._children)
+        return self._children
 
     def sample_children(self, limit: int) -> list[StageProgram]:
         """Children of the *unrun* instance, for sizing (not counted in statistics); empty
@@ -306,14 +333,10 @@ class StageProgram:
         fan_out = self._stages[self.stage.index + 1].fan_out
         if fan_out is not None and not fan_out.can_expand(self.instance):
             return []
-        return self._expand(self.instance, count=False)[:limit]
+        return self._expand(self.instance)[:limit]
 
-    def _expand(self, instance: Instance, *, count: bool) -> list[StageProgram]:
+    def _expand(self, instance: Instance) -> list[StageProgram]:
         index = self.stage.index + 1
         fan_out = self._stages[index].fan_out
         children = [instance] if fan_out is None else fan_out.expand(instance)
-        if count and fan_out is not None:
-            stats = self._stats_for(fan_out.op_id)
-            stats.rows_in += 1
-            stats.rows_out += len(children)
         return [StageProgram(self._stages, index, child, self._context, self) for child in children]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from kalypso.engine.blocks import chain_keys
 from kalypso.engine.protocol import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -159,11 +160,5 @@ class Prompt:
         """Chained keys of the prompt's full blocks (as the engine's prefix cache chains
         its block hashes; Python's tuple hash, compared within this process only)."""
         if self._keys is None or self._keys[0] != block_size_tokens:
-            ids = self.ids
-            keys: list[int] = []
-            chain = 0
-            for start in range(0, len(ids) - block_size_tokens + 1, block_size_tokens):
-                chain = hash((chain, ids[start : start + block_size_tokens]))
-                keys.append(chain)
-            self._keys = (block_size_tokens, tuple(keys))
+            self._keys = (block_size_tokens, tuple(chain_keys(self.ids, block_size_tokens)))
         return self._keys[1]

@@ -275,6 +275,9 @@ class PipelineRunner:
                 if grow is not None:
                     done.put_nowait(TaskOutcome(task, grow))
                     return
+            if getattr(program, "expands_off_loop", False):
+                op_id = "fan-out"
+                await asyncio.to_thread(program.prepare_children)  # type: ignore[attr-defined]
         except (asyncio.CancelledError, TaskFailed):
             raise
         except Exception as exc:

@@ -61,3 +61,18 @@ def hash_full_blocks(
         parent_hash = hash_block_tokens(parent_hash, token_ids[start : start + block_size_tokens])
         hashes.append(parent_hash)
     return hashes
+
+
+def chain_keys(
+    token_ids: Sequence[int], block_size_tokens: int, *, start_block: int = 0, chain: int = 0
+) -> list[int]:
+    """Chained keys of full blocks, fast (Python's tuple hash: compare them only within one
+    process; :func:`hash_full_blocks` is the stable one). ``start_block`` and ``chain``
+    continue a chain computed before (the key of the block before ``start_block``)."""
+    keys: list[int] = []
+    for index in range(start_block, len(token_ids) // block_size_tokens):
+        chain = hash(
+            (chain, tuple(token_ids[index * block_size_tokens : (index + 1) * block_size_tokens]))
+        )
+        keys.append(chain)
+    return keys

@@ -15,6 +15,7 @@ text) are checked by the engine layer before they are sent.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -325,6 +326,8 @@ async def execute(
     context = LoweringContext(options.system_prompt, state.layout)
     lowered = lower(physical, context, operator_at_a_time=policy.operator_at_a_time)
     precheck(lowered, physical, instances, state)
+    for planned in physical.operators():  # build indexes, load the embedder: off the loop
+        await asyncio.to_thread(planned.operator.prepare)
     done = Execution(instances, [])
     for pipeline in lowered:
         number = pipeline.number

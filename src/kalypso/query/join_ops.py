@@ -168,6 +168,10 @@ class CartesianProduct(CartesianOperator):
         """An indexed product renders its left query from these columns."""
         return self._query.columns if self._query is not None else ()
 
+    @property
+    def pairs_with_io(self) -> bool:
+        return self.index is not None  # embeds the left tuple's query, searches the index
+
     def can_pair(self, instance: Instance) -> bool:
         return self._query is None or all(c in instance.values for c in self._query.columns)
 

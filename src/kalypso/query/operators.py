@@ -301,9 +301,20 @@ class CartesianOperator(Operator):
         can be checked before the run; empty when the operator cannot list them."""
         return {}
 
+    @property
+    def pairs_with_io(self) -> bool:
+        """Whether :meth:`partners` does heavy work (an index search): it then runs in a
+        thread, off the event loop."""
+        return False
+
     def fan_out(self, op_id: str) -> FanOutNode:
         return FanOutNode(
-            op_id, self.partners, op_id, can_expand=self.can_pair, description=self.describe()
+            op_id,
+            self.partners,
+            op_id,
+            can_expand=self.can_pair,
+            description=self.describe(),
+            blocking=self.pairs_with_io,
         )
 
 
