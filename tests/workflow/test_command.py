@@ -1,0 +1,44 @@
+"""``kalypso workflow run`` end to end on the simulator, and ``kalypso demo --help``."""
+
+from __future__ import annotations
+
+import pytest
+
+from kalypso.cli import main
+
+
+@pytest.mark.parametrize("name", ["debate", "trading"])
+def test_a_library_workflow_runs_from_the_cli(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["workflow", "run", name, "--engine", "sim", "--no-progress"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "per node" in err and "cache-aware on sim:qwen3-8b-h100" in err
+    if name == "trading":  # day 1 warms, day 2 is timed
+        assert "trading-day1" in err and "(timed)" in err
+
+
+def test_an_unknown_workflow_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["workflow", "run", "nope", "--engine", "sim"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_demo_help_lists_its_knobs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["demo", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for knob in (
+        "--docs",
+        "--kv-fraction",
+        "--kv-cache-bytes",
+        "--policies",
+        "--model",
+        "--url",
+        "--deterministic",
+        "--verbose",
+        "--plot",
+    ):
+        assert knob in out, knob
