@@ -169,7 +169,7 @@ def _run_external(
     baseline: str, python: Path, engine: Any, workload: Any, console: Console
 ) -> dict[str, Any] | None:
     """Run ``workload`` with an external library's own operators against the server the
-    engine was started with: ``bench/<baseline>_runner.py`` in that library's venv."""
+    engine was started with: ``bench/external/<baseline>_runner.py`` in that library's venv."""
     if not hasattr(engine, "server"):
         console.print(f"  {baseline}: needs --engine http (a server both can reach); skipped")
         return None
@@ -178,7 +178,8 @@ def _run_external(
         return None
     script = "lotus_runner.py" if baseline == "lotus" else "pz_runner.py"
     runner = Path(__file__).resolve().parent / "external" / script
-    console.print(f"  {workload.name} / {baseline}: running {runner.name}")
+    started = time.monotonic()
+    console.print(f"  {workload.name} / {baseline}: running external/{runner.name}")
     with tempfile.TemporaryDirectory() as folder:
         job_path, out_path = Path(folder) / "job.json", Path(folder) / "out.json"
         job = {
@@ -198,8 +199,10 @@ def _run_external(
             console.print(f"[red]{baseline} failed[/red]: {done.stderr[-2000:]}")
             return None
         result: dict[str, Any] = json.loads(out_path.read_text())
-    shown = {k: v for k, v in result.items() if k != "rows"}
-    console.print(f"  {workload.name} / {baseline}: {shown}")
+    shown = {k: v for k, v in result.items() if k not in ("rows", "stages")}
+    console.print(
+        f"  {workload.name} / {baseline}: done in {time.monotonic() - started:.0f} s: {shown}"
+    )
     return result
 
 
@@ -279,13 +282,24 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
                 systems += [s for s in workload.sweep_ablations if s not in systems]
             settings.append((kv, systems, False))
         run_sizes: set[int] = set()
-        for asked_tokens, systems, with_baselines in settings:
+        carried: list[str] = []
+        for asked_tokens, asked_systems, with_baselines in settings:
             kv_tokens = _kv_tokens(asked_tokens, longest)
             if kv_tokens in run_sizes:
+                # a size raised to one already run: its extra systems go to the next size
+                carried += [s for s in asked_systems if s not in carried]
                 console.print(f"  {name}: KV {asked_tokens} tokens is raised to a size already run")
                 continue
+            systems = asked_systems + [
+                s for s in carried if s not in asked_systems and not with_baselines
+            ]
+            carried = []
             run_sizes.add(kv_tokens)
-            engine = await _engine_for(args, systems, kv_tokens)
+            try:
+                engine = await _engine_for(args, systems, kv_tokens)
+            except Exception as exc:  # a failed size must not end the suite
+                console.print(f"[red]{name}: no engine at KV {kv_tokens} tokens[/red]: {exc}")
+                continue
             try:
                 console.print(
                     f"[bold]{name}[/bold] ({args.scale}, {args.model}): table {table_tokens}"
@@ -308,7 +322,6 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
                         if python is None:
                             continue
                         await engine.reset_prefix_cache()
-                        console.print(f"{_elapsed(started)()}{name} / {baseline}: running")
                         external = await asyncio.to_thread(
                             _run_external, baseline, python, engine, workload, console
                         )

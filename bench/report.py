@@ -3,7 +3,8 @@
     python -m bench.report bench/results/quick.json
 
 prints one table per workload and KV size, with each system's speed-up over
-operator-at-a-time measured at the same KV size in the same file (the same invocation).
+operator-at-a-time measured at the same KV size in the same file (the same invocation);
+``--targets`` prints the issue-12 targets checked against the file instead.
 """
 
 from __future__ import annotations
@@ -98,11 +99,94 @@ def markdown(records: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+SPEEDUP_TARGETS = {"contractnli": 2.2, "medec": 1.4, "biodex": 1.4, "fever": 1.25}
+"""Issue 12: adaptive over operator-at-a-time at each workload's smallest KV size."""
+LOTUS_TARGETS = {"contractnli": 3.0, "medec": 1.6}
+"""Issue 12: adaptive over real Lotus on the same server."""
+SPLIT_TOLERANCE = 0.02
+PREFILL_TARGET = 1.05
+
+
+def _time(group: list[dict[str, Any]], system: str) -> float | None:
+    return next((r["time_s"] for r in group if r["system"] == system), None)
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "**missed**"
+
+
+def targets(records: list[dict[str, Any]]) -> str:
+    """The issue-12 targets, checked against one file's records (one invocation)."""
+    by_size: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for record in records:
+        sizes = by_size.setdefault(record["workload"], {})
+        sizes.setdefault(record["kv_cache_tokens"], []).append(record)
+    lines = ["| target | workload | measured | verdict |", "|---|---|---|---|"]
+    for workload, sizes in by_size.items():
+        ratios = {}
+        for kv, group in sorted(sizes.items()):
+            base, adaptive = _time(group, BASELINE), _time(group, "adaptive")
+            if base and adaptive:
+                ratios[kv] = base / adaptive
+        if ratios:
+            smallest = min(ratios)
+            goal = SPEEDUP_TARGETS.get(workload)
+            if goal is not None:
+                lines.append(
+                    f"| adaptive / operator-at-a-time >= {goal}x at the smallest KV"
+                    f" | {workload} | {ratios[smallest]:.2f}x ({smallest:,} tokens)"
+                    f" | {_verdict(ratios[smallest] >= goal)} |"
+                )
+            worst = min(ratios, key=ratios.__getitem__)
+            every = ", ".join(f"{ratios[kv]:.2f}x" for kv in sorted(ratios))
+            lines.append(
+                f"| never below 1.0x at any KV size | {workload} | {every}"
+                f" | {_verdict(ratios[worst] >= 1.0)} |"
+            )
+        for kv, group in sorted(sizes.items()):
+            splits = {r["system"]: r["time_s"] for r in group if r["system"].startswith("static:")}
+            adaptive = _time(group, "adaptive")
+            if splits and adaptive:
+                best = min(splits, key=splits.__getitem__)
+                gap = adaptive / splits[best] - 1
+                lines.append(
+                    f"| adaptive within {SPLIT_TOLERANCE:.0%} of the best static split"
+                    f" | {workload} ({kv:,} tokens) | {adaptive:.1f} s vs {best}"
+                    f" {splits[best]:.1f} s ({gap:+.1%}) | {_verdict(gap <= SPLIT_TOLERANCE)} |"
+                )
+        prefill = [
+            r["prefill_tokens"] / r["min_prefill_tokens"]
+            for group in sizes.values()
+            for r in group
+            if r["system"] == "adaptive" and r["min_prefill_tokens"]
+        ]
+        if prefill:
+            worst_prefill = max(prefill)
+            lines.append(
+                f"| adaptive prefill / minimum <= {PREFILL_TARGET} | {workload}"
+                f" | {worst_prefill:.3f} (worst KV size)"
+                f" | {_verdict(worst_prefill <= PREFILL_TARGET)} |"
+            )
+        goal = LOTUS_TARGETS.get(workload)
+        for group in sizes.values():
+            lotus, adaptive = _time(group, "lotus"), _time(group, "adaptive")
+            if goal is not None and lotus and adaptive:
+                lines.append(
+                    f"| adaptive / Lotus >= {goal}x | {workload} | {lotus / adaptive:.2f}x"
+                    f" ({lotus:.1f} s vs {adaptive:.1f} s) | {_verdict(lotus / adaptive >= goal)} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path)
+    parser.add_argument(
+        "--targets", action="store_true", help="print the issue-12 targets table instead"
+    )
     args = parser.parse_args(argv)
-    print(markdown(json.loads(args.results.read_text())))
+    records = json.loads(args.results.read_text())
+    print(targets(records) if args.targets else markdown(records))
     return 0
 
 

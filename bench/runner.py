@@ -175,7 +175,12 @@ async def run_systems(
             )
         before = await engine.stats()
         started = engine_clock_s(engine)
-        result = await workload.plan.arun(engine, **system_options(system))
+        try:
+            result = await workload.plan.arun(engine, **system_options(system))
+        except Exception as exc:  # one failed run must not end the suite
+            if console is not None:
+                console.print(f"{progress()}{workload.name} / {system}: [red]failed[/red]: {exc}")
+            continue
         elapsed_s = engine_clock_s(engine) - started
         results[system] = (result, elapsed_s, _phase_delta(before, await engine.stats()))
         if console is not None:
@@ -185,11 +190,12 @@ async def run_systems(
                 f"{progress()}{workload.name} / {system}: {elapsed_s:.1f} s, rows {selectivity},"
                 f" {metric} {value}; {result.report()}"
             )
-    reference = results[BASELINE][0] if BASELINE in results else results[systems[0]][0]
+    if not results:
+        return []
+    reference = results[BASELINE][0] if BASELINE in results else next(iter(results.values()))[0]
     input_columns = sorted({str(k) for rows in workload.tables.values() for r in rows for k in r})
     records = []
-    for system in systems:
-        result, elapsed_s, (prefill_s, decode_s) = results[system]
+    for system, (result, elapsed_s, (prefill_s, decode_s)) in results.items():
         differing, ties = compare_decisions(result, reference)
         metric, value, metrics = quality(workload, result.frame)
         records.append(

@@ -117,7 +117,7 @@ ones, so long quotes would make the quick suite a decoding benchmark (and its 45
 
 def contractnli(scale: str = "quick", seed: int = 0, n: int | None = None) -> Workload:
     # 1,480 words is about 2,200 tokens, the paper's mean contract (2,145 tokens).
-    n = n or (6 if scale == "quick" else 607)
+    n = n or (5 if scale == "quick" else 607)
     data = contract_data.generate(n=n, seed=seed, target_words=1480, nda_fraction=1.0)
     contracts = data.contracts[["contract_id", "text"]]
     hypotheses = data.hypotheses[["hypothesis"]]
@@ -247,7 +247,7 @@ def biodex(
 ) -> Workload:
     # 2,015 words is about 2,680 tokens, the paper's mean article.
     if scale == "quick":
-        data = biodex_data.generate(n=n or 5, seed=seed, target_words=2015)
+        data = biodex_data.generate(n=n or 4, seed=seed, target_words=2015)
     else:
         data = biodex_data.generate(n=n or 500, seed=seed, target_words=2015, n_terms=11271)
     articles = data.articles[["article_id", "text"]]

@@ -192,7 +192,7 @@ def _gold_frame(workload_name: str) -> pd.DataFrame:
     from bench.datasets import fever as fever_data
 
     if workload_name == "contractnli":
-        data = contract_data.generate(n=6, seed=0, target_words=1480, nda_fraction=1.0)
+        data = contract_data.generate(n=5, seed=0, target_words=1480, nda_fraction=1.0)
         text = dict(zip(data.hypotheses["hypothesis_id"], data.hypotheses["hypothesis"],
                         strict=True))  # fmt: skip
         rows = [(c, text[h]) for c, labels in zip(data.contracts["contract_id"],
@@ -205,7 +205,7 @@ def _gold_frame(workload_name: str) -> pd.DataFrame:
         sentences = flagged["error_sentence_id"].astype(str)
         return pd.DataFrame({"note_id": flagged["note_id"], "error_sentence": sentences})
     if workload_name == "biodex":
-        articles = biodex_data.generate(n=5, seed=0, target_words=2015).articles
+        articles = biodex_data.generate(n=4, seed=0, target_words=2015).articles
         rows = [(a, t) for a, terms in zip(articles["article_id"], articles["reactions"],
                 strict=True) for t in terms]  # fmt: skip
         return pd.DataFrame(rows, columns=["article_id", "term"])
