@@ -95,8 +95,9 @@ class BenchRecord:
 def system_options(system: str) -> dict[str, Any]:
     """``arun`` options for a system name: a policy, optionally with modifiers -
     ``+explicit`` (explicit pinning), ``+fixed`` (each operator's own first bound, no
-    estimator) and ``+fixed:N`` (every generative operator starts at N output tokens),
-    e.g. ``adaptive+explicit``, ``adaptive+fixed`` or ``adaptive+fixed:8``."""
+    estimator), ``+fixed:N`` (every generative operator starts at N output tokens) and
+    ``+nocap`` (tasks sized at the estimate even when their caps fit: the sizing before
+    "reserve the cap when it fits"), e.g. ``adaptive+explicit`` or ``adaptive+fixed:8``."""
     policy, *modifiers = system.split("+")
     options: dict[str, Any] = {"policy": policy}
     for modifier in modifiers:
@@ -104,6 +105,8 @@ def system_options(system: str) -> dict[str, Any]:
             options["pinning"] = "explicit"
         elif modifier == "fixed":
             options["estimate_bounds"] = False
+        elif modifier == "nocap":
+            options["reserve_cap_when_it_fits"] = False
         elif modifier.startswith("fixed:") and modifier[6:].isdigit() and int(modifier[6:]) > 0:
             options["fixed_bound_tokens"] = int(modifier[6:])
         else:

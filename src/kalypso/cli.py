@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a three-operator plan over the bundled reviews operator-at-a-time"
         " and with the adaptive scheduler, on vLLM (CPU) with the bundled model, and compare.",
     )
-    demo.add_argument("--docs", type=int, default=24, help="reviews to process (at most 60)")
+    demo.add_argument("--docs", type=int, default=20, help="reviews to process (at most 60)")
     demo.add_argument(
         "--kv-fraction",
         type=float,

@@ -117,7 +117,7 @@ def summary_table(results: Sequence[QueryResult]) -> RichTable:
 
 def rows_table(result: QueryResult, rows: int = 5) -> RichTable:
     table = RichTable(width=WIDTH, box=None, pad_edge=False, header_style="bold")
-    table.add_column("product (from the data)", no_wrap=True, max_width=22)
+    table.add_column("product (data)", no_wrap=True, max_width=22)
     table.add_column("named by the model", max_width=26)
     table.add_column("what it says about the battery", max_width=48)
     for _, row in result.frame.head(rows).iterrows():

@@ -35,6 +35,9 @@ def test_system_names_map_to_run_options() -> None:
         "policy": "static:0.3", "pinning": "explicit", "estimate_bounds": False,
     }  # fmt: skip
     assert system_options("adaptive+fixed:8") == {"policy": "adaptive", "fixed_bound_tokens": 8}
+    assert system_options("adaptive+nocap") == {
+        "policy": "adaptive", "reserve_cap_when_it_fits": False,
+    }  # fmt: skip
     for bad in ("adaptive+turbo", "adaptive+fixed:0", "adaptive+fixed:x"):
         with pytest.raises(ValueError, match="modifier"):
             system_options(bad)
