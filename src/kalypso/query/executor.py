@@ -327,7 +327,8 @@ async def execute(
     lowered = lower(physical, context, operator_at_a_time=policy.operator_at_a_time)
     precheck(lowered, physical, instances, state)
     for planned in physical.operators():  # build indexes, load the embedder: off the loop
-        await asyncio.to_thread(planned.operator.prepare)
+        if planned.operator.has_preparation:
+            await asyncio.to_thread(planned.operator.prepare)
     done = Execution(instances, [])
     for pipeline in lowered:
         number = pipeline.number

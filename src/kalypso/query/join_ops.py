@@ -182,6 +182,10 @@ class CartesianProduct(CartesianOperator):
         record = self._right.iloc[j]
         return {new: record[old] for old, new in self._renames.items()}
 
+    @property
+    def has_preparation(self) -> bool:
+        return self.index is not None
+
     def prepare(self) -> None:
         if self.index is not None:
             self.vector_index()

@@ -119,6 +119,14 @@ class Operator(ABC):
         """Do now the one-off work the operator would otherwise do on its first tuple
         (build a vector index, load an embedding model). Idempotent."""
 
+    @property
+    def has_preparation(self) -> bool:
+        """Whether :meth:`prepare` has work to do: only then does the executor hand it to
+        a thread (a thread hop for nothing would make the start order of concurrent queries
+        depend on thread timing). An operator that overrides :meth:`prepare` overrides
+        this too."""
+        return False
+
 
 class PipelinedOperator(Operator):
     """One tuple in, at most one tuple out: lowers to task-graph nodes.
