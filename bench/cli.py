@@ -43,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", default="all", help=f"all or one of {sorted(WORKLOADS)}")
     parser.add_argument("--scale", choices=("quick", "paper"), default="quick")
     parser.add_argument(
+        "--size",
+        type=int,
+        default=None,
+        help="documents per workload (contracts, notes, articles, claims) in place of the"
+        " scale's default",
+    )
+    parser.add_argument(
         "--engine",
         choices=("vllm", "http", "sim"),
         default="vllm",
@@ -261,6 +268,8 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
     out = args.out or Path("bench/results") / f"{args.engine}-{args.scale}.json"
     sweep_fractions = _positive_numbers(args.kv_sweep, "--kv-sweep")
     sweep_tokens = [int(t) for t in _positive_numbers(args.kv_sweep_tokens, "--kv-sweep-tokens")]
+    if args.size is not None and args.size < 1:
+        raise SystemExit(f"--size must be at least 1, got {args.size}")
     if out.exists() and not args.append:
         previous = out.with_suffix(".previous.json")
         out.replace(previous)
@@ -268,7 +277,7 @@ async def run_bench(args: argparse.Namespace, console: Console) -> int:
     started = time.monotonic()
     all_records = []
     for name in names:
-        workload = WORKLOADS[name](args.scale)
+        workload = WORKLOADS[name](args.scale, n=args.size)
         lengths = _document_lengths(args, workload)
         table_tokens = sum(lengths)
         longest = max(max(lengths), workload.min_kv_tokens // 2)
