@@ -23,7 +23,7 @@ demo: setup
 	$(BIN)/kalypso demo
 
 test: setup lint
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check -q src tests bench

@@ -215,11 +215,24 @@ async def run_demo(demo: DemoSettings, console: Console) -> list[QueryResult]:
         f"same decisions: {differing == 0} ({len(best.decisions)} decisions,"
         f" {differing} differ{near}); generated answers equal: {same_text}"
     )
+    out.print(f"the filter vs the data's battery labels: {_filter_agreement(best, demo.docs)}")
     out.print(rows_table(best))
     path = demo.plot_path or cache_dir() / "demo.png"
     if save_plot(results, path) is not None:
         out.print(f"plot: {path}")
     return results
+
+
+def _filter_agreement(result: QueryResult, num_docs: int) -> str:
+    """How many reviews the filter kept or dropped as the bundled labels say (the bundled
+    135M model answers yes/no questions about long text little better than chance)."""
+    labels = load_bundled().reviews.head(num_docs)
+    kept = set(result.frame["review_id"])
+    agree = sum(
+        int((rid in kept) == bool(m))
+        for rid, m in zip(labels["review_id"], labels["mentions_battery"], strict=True)
+    )
+    return f"{agree} of {num_docs} agree"
 
 
 def _same_text(a: pd.DataFrame, b: pd.DataFrame, columns: Sequence[str]) -> str:
