@@ -45,7 +45,7 @@ def demo_plan(num_docs: int) -> kalypso.Table:
         .sem_map(
             "Name the product the {text} is about. Answer with its name only.",
             "named",
-            max_tokens=8,
+            max_tokens=16,
         )
         .sem_map(
             "What does the {text} say about the battery? Answer in a few words.",
