@@ -239,11 +239,12 @@ async def test_cache_full_of_pins_shows_waiting_without_running_until_unpin_all(
     big = tuple(_tokens(engine, 150, 7 * block))  # needs 8 blocks: cannot be admitted
     task = asyncio.ensure_future(engine.generate(GenerateRequest("big", big, 2)))
     try:
-        stuck, elapsed = await _wait_stats(
-            engine, lambda s: s.waiting_requests > 0 and s.running_requests == 0
+        # bounded wait, not a timing assertion: on a loaded machine the state may take a
+        # while to show; the test states only that it shows within 30 s
+        stuck, _ = await _wait_stats(
+            engine, lambda s: s.waiting_requests > 0 and s.running_requests == 0, timeout_s=30.0
         )
         assert (stuck.waiting_requests, stuck.running_requests) == (1, 0), stuck
-        assert elapsed < 2.0, f"the stuck state took {elapsed:.3f} s to show in the stats"
         await asyncio.sleep(1.0)
         assert not task.done()
         still = await engine.stats()
