@@ -52,8 +52,11 @@ pz-venv:
 
 # The quick suite on real vLLM (CPU): every workload under its suite of systems (see
 # `python -m bench --help`), Lotus and Palimpzest on the same server, and a KV sweep; then the figures.
+# float32 (--deterministic): same answers on any CPU, and on CPUs without AVX-512 about ten
+# times faster than bf16 (BENCHMARKS.md, "Machine"). BENCH_FLAGS= runs bf16.
+BENCH_FLAGS ?= --deterministic
 bench: setup lotus-venv pz-venv
-	$(BIN)/python -m bench --engine http --scale quick --lotus-python $(LOTUS_VENV)/bin/python \
+	$(BIN)/python -m bench --engine http --scale quick $(BENCH_FLAGS) --lotus-python $(LOTUS_VENV)/bin/python \
 		--pz-python $(PZ_VENV)/bin/python --kv-sweep 0.5,1.0 --out bench/results/quick.json
 	$(BIN)/python -m bench.plots bench/results/quick.json
 
@@ -78,7 +81,7 @@ langgraph-venv:
 # real LangGraph on one vLLM server (CPU); the paper's scale on the simulator; schedule
 # quality against the MILP optimum.
 bench-workflows: setup langgraph-venv
-	$(BIN)/python -m bench.workflow_bench --engine http --out bench/results/workflows-cpu.json
+	$(BIN)/python -m bench.workflow_bench --engine http $(BENCH_FLAGS) --out bench/results/workflows-cpu.json
 	$(BIN)/python -m bench.workflow_bench --engine sim --scale paper \
 		--out bench/results/workflows-sim.json
 	$(BIN)/python -m bench.optimality --out bench/results/workflows-optimality.json
