@@ -4,7 +4,10 @@ order are easy to provoke). The ``any_engine`` fixture is in ``tests/engine/conf
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
+
+import pytest
 
 from kalypso.engine.protocol import Engine
 from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
@@ -28,3 +31,15 @@ def conformance_vllm_settings() -> VLLMSettings:
     assert per_token is not None
     kv_bytes = CONFORMANCE_KV_BLOCKS * VLLM_CPU_BLOCK_SIZE_TOKENS * per_token
     return VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=1, deterministic=True)
+
+
+def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A SIGTERM to the test run ends it like Ctrl-C: pytest then runs the fixtures'
+    teardowns, so vLLM servers and engines that tests started are stopped instead of
+    outliving the run (by default SIGTERM kills pytest on the spot)."""
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
