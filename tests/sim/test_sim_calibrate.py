@@ -6,7 +6,7 @@ import pytest
 
 from kalypso.engine.protocol import EngineCapacity
 from kalypso.engine.sim import CostProfile, SimEngine
-from kalypso.engine.sim.calibrate import calibrate
+from kalypso.engine.sim.calibrate import DECODE_BATCHES, calibrate
 
 
 async def test_calibration_recovers_the_profile_it_measures() -> None:
@@ -17,7 +17,7 @@ async def test_calibration_recovers_the_profile_it_measures() -> None:
         per_decode_token_s=0.005,
         capacity=EngineCapacity(num_blocks=64, block_size_tokens=128, max_model_len_tokens=4096),
     )
-    engine = SimEngine(truth, max_num_seqs=1)
+    engine = SimEngine(truth, max_num_seqs=max(DECODE_BATCHES))
     try:
         fitted = await calibrate(engine)
     finally:
