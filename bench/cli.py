@@ -377,8 +377,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     console = Console(stderr=True)
+    # restored on return: an in-process call (tests) must not leave its handler behind
+    previous = None
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+        previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     try:
         return asyncio.run(run_bench(args, console))
     except (ModelNotReadyError, EngineError) as exc:
@@ -387,6 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]")
         return 128 + (_terminated[-1] if _terminated else signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -244,8 +244,10 @@ def _interrupt_on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # restored on return: an in-process call (tests) must not leave its handler behind
+    previous = None
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+        previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     try:
         return int(args.func(args))
     except (ModelNotReadyError, EngineError) as exc:
@@ -254,6 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]")
         return 128 + (_terminated[-1] if _terminated else signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,17 @@ def test_a_library_workflow_runs_from_the_cli(
         assert "trading-day1" in err and "(timed)" in err
 
 
+def test_an_in_process_call_leaves_no_sigterm_handler_behind() -> None:
+    """The CLI turns SIGTERM into Ctrl-C while it runs and restores the handler after:
+    a handler left behind would route a later SIGTERM to whatever the process runs next
+    (under pytest, into the running test's event loop, where it was swallowed)."""
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["workflow", "run", "debate", "--engine", "sim", "--no-progress"]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_an_unknown_workflow_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["workflow", "run", "nope", "--engine", "sim"])
