@@ -82,7 +82,12 @@ def test_word_tokenizer_round_trips_and_is_stable() -> None:
 
 
 def test_profiles() -> None:
-    assert set(PROFILES) == {"smollm2-cpu", "llama-3.3-70b-4xgpu", "qwen3-8b-h100"}
+    assert set(PROFILES) == {
+        "smollm2-cpu",
+        "smollm2-cpu-f32",
+        "llama-3.3-70b-4xgpu",
+        "qwen3-8b-h100",
+    }
     smol = get_profile("smollm2-cpu")
     assert CALIBRATION_NOTE in smol.notes
     assert smol.step_time_s(prefill_tokens=600, decode_seqs=0) == pytest.approx(0.558)

@@ -7,7 +7,7 @@ requests) and one token for each decoding request. Its duration on the virtual c
              + prefill_tokens_in_step * per_prefill_token_s
              + decode_seqs_in_step * per_decode_token_s
 
-Three named profiles are registered in :data:`PROFILES`:
+Four named profiles are registered in :data:`PROFILES`:
 
 ``"smollm2-cpu"``
     SmolLM2-135M-Instruct on vLLM's CPU backend with 2 cores, measured on 2026-11-29 with
@@ -20,6 +20,18 @@ Three named profiles are registered in :data:`PROFILES`:
     default (vLLM 0.32 ``CpuPlatform.check_and_update_config``), so 256 MiB holds
     268,435,456 // (128 x 23,040) = 91 blocks (11,648 tokens). The context is the
     model's 8,192 tokens.
+
+``"smollm2-cpu-f32"``
+    The same model in float32 (the deterministic mode), measured on 2026-12-01 on an
+    AMD EPYC host with 2 cores, AVX2 and no AVX-512, with ``python -m
+    kalypso.engine.sim.calibrate --deterministic``, decode measured at batches of 1-8:
+    prefill 5.79 ms per token (about 173 tokens/s); a decode step 68.3 ms plus 3.4 ms
+    per sequence, so 8 sequences decode in 96 ms per step against 546 ms one at a time.
+    The single-request calibration of ``"smollm2-cpu"`` could not see that split: it
+    charges each sequence its own 15.9 ms, so batching never pays there, and querywise
+    (one query at a time) comes out fastest on the simulator while it is the slowest on
+    real vLLM. The capacity: 256 MiB at 46,080 bytes per token (float32) in 128-token
+    blocks is 45 blocks (5,760 tokens).
 
 ``"llama-3.3-70b-4xgpu"``
     Llama-3.3-70B-Instruct in BF16 on 4 x H100-SXM-80GB, tensor parallel 4, vLLM with
@@ -109,6 +121,19 @@ SMOLLM2_CPU = CostProfile(
     capacity=EngineCapacity(num_blocks=91, block_size_tokens=128, max_model_len_tokens=8192),
 )
 
+SMOLLM2_CPU_F32 = CostProfile(
+    name="smollm2-cpu-f32",
+    per_step_s=0.0683,
+    per_prefill_token_s=0.00579,
+    per_decode_token_s=0.0034,
+    notes=(
+        "SmolLM2-135M on vLLM CPU in float32, 2 cores without AVX-512; measured with"
+        " `python -m kalypso.engine.sim.calibrate --deterministic` on 2026-12-01, decode"
+        " at batches of 1-8. Capacity: 256 MiB at 46,080 bytes per token, 128-token blocks."
+    ),
+    capacity=EngineCapacity(num_blocks=45, block_size_tokens=128, max_model_len_tokens=8192),
+)
+
 LLAMA_3_3_70B_4XGPU = CostProfile(
     name="llama-3.3-70b-4xgpu",
     per_step_s=0.022,
@@ -142,7 +167,7 @@ QWEN3_8B_H100 = CostProfile(
 )
 
 PROFILES: dict[str, CostProfile] = {
-    p.name: p for p in (SMOLLM2_CPU, LLAMA_3_3_70B_4XGPU, QWEN3_8B_H100)
+    p.name: p for p in (SMOLLM2_CPU, SMOLLM2_CPU_F32, LLAMA_3_3_70B_4XGPU, QWEN3_8B_H100)
 }
 
 
