@@ -13,6 +13,7 @@ WANTED = {
     "vllm:generation_tokens_total": "output_tokens",
     "vllm:request_prefill_time_seconds_sum": "prefill_time_s",
     "vllm:request_decode_time_seconds_sum": "decode_time_s",
+    "vllm:num_preemptions_total": "preemptions",
 }
 
 
