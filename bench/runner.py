@@ -81,6 +81,8 @@ class BenchRecord:
     """Engine seconds in prefill over the run, summed over requests (they overlap)."""
     decode_time_s: float = 0.0
     """Engine seconds in decode over the run, summed over requests (they overlap)."""
+    preemptions: int = 0
+    """Running requests the engine preempted during the run (recomputed later)."""
     stages: tuple[dict[str, Any], ...] = ()
     """Per operator: ``operator``, ``rows_in``, ``rows_out``, ``calls`` (selectivity =
     rows_out / rows_in), ``prompt_tokens``, ``cached_tokens``, ``output_tokens``."""
@@ -146,10 +148,12 @@ def stages_of(result: QueryResult) -> tuple[dict[str, Any], ...]:
     )
 
 
-def _phase_delta(before: EngineStats, after: EngineStats) -> tuple[float, float]:
+def _phase_delta(before: EngineStats, after: EngineStats) -> tuple[float, float, int]:
+    """Prefill seconds, decode seconds and preemptions between two snapshots."""
     return (
         round(after.prefill_time_s - before.prefill_time_s, 3),
         round(after.decode_time_s - before.decode_time_s, 3),
+        after.preemptions - before.preemptions,
     )
 
 
@@ -168,7 +172,7 @@ async def run_systems(
     table_tokens = sum(len(engine.tokenizer.encode(t)) for t in workload.table_text)
     workload.plan.prepare()  # indexes and embedder: one-off work no system should be timed on
     await warm_up(engine, workload.table_text)
-    results: dict[str, tuple[QueryResult, float, tuple[float, float]]] = {}
+    results: dict[str, tuple[QueryResult, float, tuple[float, float, int]]] = {}
     for position, system in enumerate(systems, 1):
         await engine.reset_prefix_cache()
         if console is not None:
@@ -198,7 +202,7 @@ async def run_systems(
     reference = results[BASELINE][0] if BASELINE in results else next(iter(results.values()))[0]
     input_columns = sorted({str(k) for rows in workload.tables.values() for r in rows for k in r})
     records = []
-    for system, (result, elapsed_s, (prefill_s, decode_s)) in results.items():
+    for system, (result, elapsed_s, (prefill_s, decode_s, preemptions)) in results.items():
         differing, ties = compare_decisions(result, reference)
         metric, value, metrics = quality(workload, result.frame)
         records.append(
@@ -233,6 +237,7 @@ async def run_systems(
                 output_tokens=sum(s.output_tokens for s in result.operator_stats),
                 prefill_time_s=prefill_s,
                 decode_time_s=decode_s,
+                preemptions=preemptions,
                 stages=stages_of(result),
                 accuracy_metric=metric,
                 accuracy=value,
@@ -298,6 +303,7 @@ def external_record(
         output_tokens=int(measured.get("output_tokens", 0)),
         prefill_time_s=round(float(measured.get("prefill_time_s", 0.0)), 3),
         decode_time_s=round(float(measured.get("decode_time_s", 0.0)), 3),
+        preemptions=int(measured.get("preemptions", 0)),
         stages=tuple(measured.get("stages", ())),
         accuracy_metric=metric,
         accuracy=value,

@@ -88,6 +88,8 @@ class WorkflowRecord:
     warmed_prefixes: int
     prefill_s: float
     decode_s: float
+    preemptions: int
+    """Running requests the engine preempted during the timed run (recomputed later)."""
     outputs_equal: float
     """Fraction of output cells equal to ``kalypso``'s (1.0 for ``kalypso`` itself)."""
     accuracy: float | None
@@ -101,14 +103,16 @@ def engine_clock_s(engine: Engine) -> float:
 
 async def run_system(
     engine: Engine, job: Workload, system: str
-) -> tuple[WorkflowResult, float, float, float]:
-    """One system on ``job``: (the timed run's result, engine seconds, prefill s, decode s)."""
+) -> tuple[WorkflowResult, float, float, float, int]:
+    """One system on ``job``: (the timed run's result, engine seconds, prefill s, decode s,
+    preemptions)."""
     policy, switches = SYSTEMS[system]
     options = RunOptions(policy=policy, system_prompt="")
     cache = PromptResultCache(engine.name)
     await engine.reset_prefix_cache()
     result: WorkflowResult | None = None
     elapsed = prefill_s = decode_s = 0.0
+    preemptions = 0
     for flow, inputs in zip(job.workflows, job.inputs, strict=True):
         before = await engine.stats()
         started = engine_clock_s(engine)
@@ -117,8 +121,9 @@ async def run_system(
         after = await engine.stats()
         prefill_s = after.prefill_time_s - before.prefill_time_s
         decode_s = after.decode_time_s - before.decode_time_s
+        preemptions = after.preemptions - before.preemptions
     assert result is not None
-    return result, elapsed, prefill_s, decode_s
+    return result, elapsed, prefill_s, decode_s, preemptions
 
 
 def equal_fraction(frame: pd.DataFrame, reference: pd.DataFrame) -> float:
@@ -169,7 +174,9 @@ async def bench_engine(
                     if measured is not None:
                         records.append(external_record(engine, job, scale, measured, reference))
                     continue
-                result, elapsed, prefill_s, decode_s = await run_system(engine, job, system)
+                result, elapsed, prefill_s, decode_s, preemptions = await run_system(
+                    engine, job, system
+                )
                 if system == "kalypso":
                     reference = result.outputs
                 scores = accuracy(result, dict(job.expected))
@@ -193,6 +200,7 @@ async def bench_engine(
                     warmed_prefixes=result.warm.prefixes if result.warm else 0,
                     prefill_s=round(prefill_s, 3),
                     decode_s=round(decode_s, 3),
+                    preemptions=preemptions,
                     outputs_equal=1.0
                     if reference is None
                     else equal_fraction(result.outputs, reference),
@@ -246,6 +254,7 @@ def external_record(
         warmed_prefixes=0,
         prefill_s=0.0,
         decode_s=0.0,
+        preemptions=0,
         outputs_equal=0.0 if reference is None else equal_fraction(outputs, reference),
         accuracy=None,
     )

@@ -180,6 +180,7 @@ def test_preempted_request_is_recomputed_and_finishes_last() -> None:
 
     engine, (low, high) = run(scenario())
     assert engine.num_preemptions == 1
+    assert run(engine.stats()).preemptions == 1  # what the bench records read
     assert low.output_tokens == high.output_tokens == 8
     assert high.timings.total_s < low.timings.total_s
     assert low.cached_tokens == 0  # reported at its first admission

@@ -205,6 +205,9 @@ class EngineStats:
     the engine's own timings; virtual seconds on the simulator)."""
     decode_time_s: float = 0.0
     """Cumulative seconds requests spent decoding."""
+    preemptions: int = 0
+    """Running requests preempted so far (their blocks freed, their prompt and output
+    recomputed when they run again): vLLM's ``num_preemptions`` counter."""
 
 
 @runtime_checkable

@@ -459,6 +459,7 @@ class HTTPVLLMEngine:
             kv_usage_fraction=_metric_sum(samples, "vllm:kv_cache_usage_perc"),
             prefill_time_s=_metric_sum(samples, "vllm:request_prefill_time_seconds_sum"),
             decode_time_s=_metric_sum(samples, "vllm:request_decode_time_seconds_sum"),
+            preemptions=int(_metric_sum(samples, "vllm:num_preemptions_total")),
         )
 
     async def reset_prefix_cache(self) -> None:

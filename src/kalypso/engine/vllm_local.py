@@ -118,9 +118,11 @@ class _StatsCollector:
         self.prefix_cache_hits_tokens = 0
         self.prefill_time_s = 0.0
         self.decode_time_s = 0.0
+        self.preemptions = 0
 
     def record(self, scheduler_stats: Any, iteration_stats: Any = None) -> None:
         if iteration_stats is not None:
+            self.preemptions += int(iteration_stats.num_preempted_reqs)
             for finished in iteration_stats.finished_requests:
                 self.prefill_time_s += max(0.0, float(finished.prefill_time))
                 self.decode_time_s += max(0.0, float(finished.decode_time))
@@ -384,6 +386,7 @@ class LocalVLLMEngine:
             kv_usage_fraction=c.kv_usage_fraction,
             prefill_time_s=c.prefill_time_s,
             decode_time_s=c.decode_time_s,
+            preemptions=c.preemptions,
         )
 
     async def reset_prefix_cache(self) -> None:

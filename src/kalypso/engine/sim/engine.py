@@ -283,6 +283,7 @@ class SimEngine:
             kv_usage_fraction=self.block_pool.num_used_blocks / self.block_pool.num_blocks,
             prefill_time_s=self._prefill_time_s,
             decode_time_s=self._decode_time_s,
+            preemptions=self._scheduler.num_preemptions,
         )
 
     async def reset_prefix_cache(self) -> None:
