@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -361,37 +360,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_terminated: list[int] = []
-
-
-def _interrupt_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM ends the run like Ctrl-C does (asyncio cancels it, so the servers this
-    process started are stopped instead of outliving it)."""
-    _terminated.append(signum)
-    signal.raise_signal(signal.SIGINT)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    from kalypso.cli import sigterm_as_ctrl_c
     from kalypso.engine.protocol import EngineError
     from kalypso.models import ModelNotReadyError
 
     args = build_parser().parse_args(argv)
     console = Console(stderr=True)
-    # restored on return: an in-process call (tests) must not leave its handler behind
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
-    try:
-        return asyncio.run(run_bench(args, console))
-    except (ModelNotReadyError, EngineError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/yellow]")
-        return 128 + (_terminated[-1] if _terminated else signal.SIGINT)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    with sigterm_as_ctrl_c() as received:
+        try:
+            return asyncio.run(run_bench(args, console))
+        except (ModelNotReadyError, EngineError) as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            return 2
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/yellow]")
+            return 128 + (received[-1] if received else signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -231,34 +232,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_terminated: list[int] = []
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[list[int]]:
+    """While the block runs, SIGTERM ends it like Ctrl-C: ``KeyboardInterrupt`` in the main
+    thread (through asyncio's own Ctrl-C handling where it has it, so the running task is
+    cancelled and cleanup code runs, and servers this process started are stopped
+    instead of outliving it). Yields the list of signal numbers received, so the caller
+    can exit with ``128 + signal``. The previous handler is restored on exit, so an
+    in-process call leaves nothing behind. Off the main thread it does nothing.
 
+    A process started in the background by a non-interactive shell (``cmd &``) inherits
+    SIGINT *ignored*; re-raising SIGINT would then do nothing, so the handler raises
+    ``KeyboardInterrupt`` itself in that case.
+    """
+    received: list[int] = []
 
-def _interrupt_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM ends the command like Ctrl-C does (asyncio cancels the running command, so
-    cleanup code runs and servers this process started are stopped instead of outliving
-    it)."""
-    _terminated.append(signum)
-    signal.raise_signal(signal.SIGINT)
+    def interrupt(signum: int, frame: object) -> None:
+        received.append(signum)
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+            raise KeyboardInterrupt(f"signal {signum}")
+        signal.raise_signal(signal.SIGINT)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # restored on return: an in-process call (tests) must not leave its handler behind
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
-    try:
-        return int(args.func(args))
-    except (ModelNotReadyError, EngineError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/yellow]")
-        return 128 + (_terminated[-1] if _terminated else signal.SIGINT)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    with sigterm_as_ctrl_c() as received:
+        try:
+            return int(args.func(args))
+        except (ModelNotReadyError, EngineError) as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            return 2
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/yellow]")
+            return 128 + (received[-1] if received else signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -147,9 +147,19 @@ def test_sweep_sizes_raised_to_a_size_already_run_are_skipped(tmp_path: Path) ->
     assert [row["system"] for row in json.loads(out.read_text())] == ["adaptive"]
 
 
-def test_sigterm_ends_a_bench_run_like_ctrl_c(tmp_path: Path) -> None:
-    """SIGTERM raises SystemExit in the command, so cleanup (closing engines, stopping the
-    servers it started) runs instead of the process dying on the spot."""
+def _ignore_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "sigint-ignored"])
+def test_sigterm_ends_a_bench_run_like_ctrl_c(tmp_path: Path, background: bool) -> None:
+    """SIGTERM raises KeyboardInterrupt in the command, so cleanup (closing engines,
+    stopping the servers it started) runs instead of the process dying on the spot.
+
+    ``sigint-ignored`` starts the bench the way a non-interactive shell starts ``cmd &``:
+    with SIGINT ignored. Re-raising SIGINT did nothing there, and the run went on."""
     import signal
     import subprocess
     import sys
@@ -161,14 +171,20 @@ def test_sigterm_ends_a_bench_run_like_ctrl_c(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
+        preexec_fn=_ignore_sigint if background else None,
     )
-    # inside the run: the handler is installed before the first line is printed, and the
-    # paper-scale suite then runs for minutes (no sleep: imports are slow on a loaded host)
-    assert process.stderr is not None
-    first_line = process.stderr.readline()
-    assert first_line, "the bench printed nothing before exiting"
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
+    try:
+        # inside the run: the handler is installed before the first line is printed, and
+        # the paper-scale suite then runs for minutes (no sleep: a loaded host is slow)
+        assert process.stderr is not None
+        first_line = process.stderr.readline()
+        assert first_line, "the bench printed nothing before exiting"
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:  # never leave the run behind, even on failure
+            process.kill()
+            process.communicate()
     assert process.returncode == 128 + signal.SIGTERM, (first_line + stderr)[-2000:]
     assert "Traceback" not in stderr
 
