@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import functools
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -361,21 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from kalypso.cli import sigterm_as_ctrl_c
-    from kalypso.engine.protocol import EngineError
-    from kalypso.models import ModelNotReadyError
+    from kalypso.cli import run_command
 
     args = build_parser().parse_args(argv)
     console = Console(stderr=True)
-    with sigterm_as_ctrl_c() as received:
-        try:
-            return asyncio.run(run_bench(args, console))
-        except (ModelNotReadyError, EngineError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            return 2
-        except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/yellow]")
-            return 128 + (received[-1] if received else signal.SIGINT)
+    return run_command(lambda: asyncio.run(run_bench(args, console)), console)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,18 @@ class EngineUnderTest:
     expected_num_blocks: int
 
 
-def conformance_vllm_settings() -> VLLMSettings:
-    # float32 (the deterministic mode): answers independent of the CPU's bf16 rounding,
-    # and on CPUs without AVX-512 about 10x faster than vLLM's bf16 path
+def deterministic_vllm_settings(kv_blocks: int, max_num_seqs: int) -> VLLMSettings:
+    """The bundled model in float32 (the deterministic mode: answers independent of the
+    CPU's bf16 rounding, and on CPUs without AVX-512 about 10x faster than vLLM's bf16
+    path) with a KV cache of ``kv_blocks`` CPU blocks."""
     per_token = kv_bytes_per_token(resolve_model(), "float32")
     assert per_token is not None
-    kv_bytes = CONFORMANCE_KV_BLOCKS * VLLM_CPU_BLOCK_SIZE_TOKENS * per_token
-    return VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=1, deterministic=True)
+    kv_bytes = kv_blocks * VLLM_CPU_BLOCK_SIZE_TOKENS * per_token
+    return VLLMSettings(kv_cache_bytes=kv_bytes, max_num_seqs=max_num_seqs, deterministic=True)
+
+
+def conformance_vllm_settings() -> VLLMSettings:
+    return deterministic_vllm_settings(CONFORMANCE_KV_BLOCKS, max_num_seqs=1)
 
 
 def _interrupt_on_sigterm(signum: int, frame: object) -> None:

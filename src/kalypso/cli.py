@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -263,17 +263,24 @@ def sigterm_as_ctrl_c() -> Iterator[list[int]]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run_command(command: Callable[[], int], out: Console) -> int:
+    """Run a command's body with SIGTERM treated as Ctrl-C (:func:`sigterm_as_ctrl_c`).
+    Returns its exit status; an engine or model error prints one line and returns 2,
+    an interrupt returns ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM)."""
     with sigterm_as_ctrl_c() as received:
         try:
-            return int(args.func(args))
+            return command()
         except (ModelNotReadyError, EngineError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            out.print(f"[red]error:[/red] {exc}")
             return 2
         except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/yellow]")
+            out.print("[yellow]interrupted[/yellow]")
             return 128 + (received[-1] if received else signal.SIGINT)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(lambda: int(args.func(args)), console)
 
 
 if __name__ == "__main__":

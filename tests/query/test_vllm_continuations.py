@@ -23,8 +23,7 @@ import kalypso
 from kalypso.datasets.reviews import load_bundled
 from kalypso.engine.protocol import GenerateRequest, GenerateResult
 from kalypso.engine.vllm_local import LocalVLLMEngine
-from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
-from kalypso.models import resolve_model
+from tests.conftest import deterministic_vllm_settings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -36,11 +35,7 @@ CUTS_TOKENS = (1, 8, 20, 47)  # where the first request stops
 
 @pytest.fixture(scope="module")
 async def engine() -> AsyncIterator[LocalVLLMEngine]:
-    per_token = kv_bytes_per_token(resolve_model(), "float32")
-    assert per_token is not None
-    settings = VLLMSettings(
-        kv_cache_bytes=KV_BLOCKS * 128 * per_token, max_num_seqs=4, deterministic=True
-    )
+    settings = deterministic_vllm_settings(KV_BLOCKS, max_num_seqs=4)
     eng = await LocalVLLMEngine.start(settings)
     try:
         yield eng

@@ -11,8 +11,7 @@ import pytest
 import kalypso
 from kalypso.datasets.reviews import load_bundled
 from kalypso.engine.vllm_local import LocalVLLMEngine
-from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
-from kalypso.models import resolve_model
+from tests.conftest import deterministic_vllm_settings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -21,11 +20,7 @@ KV_BLOCKS = 12  # 1,536 tokens: about three reviews, far less than the table
 
 @pytest.fixture(scope="module")
 async def engine() -> AsyncIterator[LocalVLLMEngine]:
-    per_token = kv_bytes_per_token(resolve_model(), "float32")  # the deterministic mode
-    assert per_token is not None
-    settings = VLLMSettings(
-        kv_cache_bytes=KV_BLOCKS * 128 * per_token, max_num_seqs=8, deterministic=True
-    )
+    settings = deterministic_vllm_settings(KV_BLOCKS, max_num_seqs=8)
     eng = await LocalVLLMEngine.start(settings)
     try:
         yield eng
