@@ -129,3 +129,52 @@ def test_cache_aware_order_puts_dependents_after_every_independent_call() -> Non
     order, groups = operator_order(tree, {"a1": set(), "a2": set(), "a2_review": {"a1"}})
     assert order.index("a2_review") > max(order.index("a1"), order.index("a2"))
     assert set(groups) == {"a1", "a2", "a2_review"}
+
+
+def test_every_template_ends_at_its_own_leaf_after_edges_split() -> None:
+    """Map-reduce's experts share the context's slot and differ in their last words: the
+    first one inserted ends on an edge that later insertions split. Each node's path must
+    still spell its whole template, so all four fall in one query-level group (a stale
+    leaf once put the first expert alone, and ran it operator by operator)."""
+    context = Slot(ValueSlot("context"))
+    roles = ("a lawyer", "a doctor", "an engineer", "a lawyer too")
+    nodes = [
+        llm(f"expert{i}", "You are an expert.", context, Text(f" Answer as {role}."))
+        for i, role in enumerate(roles)
+    ]
+    tree = TemplatedRadixTree.of(nodes, layout())
+    for node in nodes:
+        spelled = tuple(item for edge in tree.path(node.node_id) for item in edge.items)
+        assert spelled == tree.templates[node.node_id]
+        assert node.node_id in tree.leaf_of[node.node_id].leaves
+    groups = {id(tree.query_group(n.node_id)) for n in nodes}
+    assert len(groups) == 1
+    _, sequence = operator_order(tree, {n.node_id: set() for n in nodes})
+    assert len(set(sequence.values())) == 1
+
+
+def test_a_debates_next_round_joins_its_own_sequence() -> None:
+    """A call that continues its producer's query-level prefix (a debate's second round
+    extends the first round's conversation) is ranked in its producer's sequence, right
+    behind that query's first round, so it runs while the prefix is still cached; a call
+    that only reads another call's answer under a prefix of its own stays level-major."""
+    question = Slot(ValueSlot("question"))
+    nodes = [
+        llm("a_r0", "You debate.", question, Text(" Answer as a lawyer.")),
+        llm("b_r0", "You debate.", question, Text(" Answer as a doctor.")),
+        llm(
+            "a_r1",
+            "You debate.",
+            question,
+            Text(" Answer as a lawyer. Others said "),
+            Slot(OutputSlot("b_r0")),
+            deps=("a_r0", "b_r0"),
+        ),
+        llm("judge", "You judge.", question, Slot(OutputSlot("a_r0")), deps=("a_r0",)),
+    ]
+    tree = TemplatedRadixTree.of(nodes, layout())
+    deps = {"a_r0": set(), "b_r0": set(), "a_r1": {"a_r0", "b_r0"}, "judge": {"a_r0"}}
+    order, sequence = operator_order(tree, deps)
+    assert sequence["a_r1"] == sequence["a_r0"] == sequence["b_r0"]
+    assert sequence["judge"] > sequence["a_r0"]
+    assert order.index("a_r1") > max(order.index("a_r0"), order.index("b_r0"))

@@ -92,6 +92,8 @@ class TemplatedRadixTree:
                 lower = TreeNode(child.items[common:], child.children, child.leaves, child)
                 for grandchild in lower.children:
                     grandchild.parent = lower
+                for moved in lower.leaves:  # their templates now end at the lower half
+                    self.leaf_of[moved] = lower
                 child.items, child.children, child.leaves = child.items[:common], [lower], []
             current = child
             rest = rest[common:]

@@ -12,7 +12,11 @@ Inner sequences are taken level by level in the dependency DAG (critical path fi
 within a level): a call that waits for another's answer comes after the independent
 calls of every query, so its producer's decoding overlaps other work - the precedence
 delay of the paper's cost model (:mod:`kalypso.core.cost`), which a query-by-query order
-over dependent calls would pay in full.
+over dependent calls would pay in full. The exception is a call that continues its
+producer's query-level prefix (a debate's next round extends the same conversation): it
+joins its producer's inner sequence, ranked right behind that query's earlier calls, so
+it runs while their prefix is still cached instead of after every other query has
+pushed it out of a small cache.
 
 At run time every ready call is ranked ``(inner sequence, query, operator)`` and
 admitted in that order while the KV ledger has room (the core's memory-aware admission
@@ -111,10 +115,20 @@ def operator_order(
         key = id(anchor) if anchor is not None else id(trt.leaf_of[op]) ^ hash(op)
         group_of[op] = groups.setdefault(key, len(groups))
     # level-major: the calls that depend on others come after every independent call of
-    # the batch, so their producers' decode overlaps other work (the paper's delays)
+    # the batch, so their producers' decode overlaps other work (the paper's delays) -
+    # except a call that continues its producer's query-level prefix (a debate's next
+    # round): it joins its producer's sequence, so it runs while that prefix is cached
     emitted_at = {op: i for i, op in enumerate(order)}
-    order.sort(key=lambda op: (level[op], -chain(op), group_of[op], emitted_at[op]))
-    return order, {op: level[op] * len(order) + group_of[op] for op in order}
+    sequence: dict[str, int] = {}
+    for op in sorted(order, key=lambda o: (level[o], emitted_at[o])):
+        continued = [a for a in deps[op] if group_of[a] == group_of[op]]
+        sequence[op] = (
+            min(sequence[a] for a in continued)
+            if continued
+            else level[op] * len(order) + group_of[op]
+        )
+    order.sort(key=lambda op: (sequence[op], level[op], -chain(op), emitted_at[op]))
+    return order, sequence
 
 
 class CacheAware(Policy):
