@@ -44,7 +44,9 @@ def measure(time_limit_s: float) -> list[dict[str, object]]:
         lowered = lower(list(job.workflows[:1]))
         instances = batch_instances(lowered, job.inputs[0])
         calls, keys = call_costs(lowered, instances, layout, lambda n: n.max_tokens)
-        orders = {p: policy_order(p, lowered, keys, calls, layout) for p in POLICIES}
+        orders = {
+            p: policy_order(p, lowered, keys, calls, layout, CAPACITY_TOKENS) for p in POLICIES
+        }
         costs = {p: token_steps(calls, o, CAPACITY_TOKENS) for p, o in orders.items()}
         started = time.monotonic()
         best = optimal_order(

@@ -41,6 +41,41 @@ def shared_tokens(a: Sequence[Token], b: Sequence[Token]) -> int:
     return common_length(a, b)
 
 
+class TokenClock:
+    """The model's clock while calls run one after another: :meth:`run` appends a call,
+    :meth:`ready_at` says when a call's predecessors' answers exist."""
+
+    def __init__(self, calls: Sequence[CallCost], capacity_tokens: int) -> None:
+        self.calls = calls
+        self.alpha = 1.0 / capacity_tokens
+        self.finish: dict[int, float] = {}
+        self.now = 0.0
+        self.previous: tuple[Token, ...] | None = None
+
+    def ready_at(self, index: int) -> float:
+        """When ``index`` may start: its predecessors' ends plus their decode delays
+        (every predecessor must have run)."""
+        calls = self.calls
+        return max((self.finish[p] + calls[p].out_tokens for p in calls[index].preds), default=0.0)
+
+    def run(self, index: int) -> float:
+        """Run ``index`` next; its end.
+
+        Raises:
+            ValueError: a predecessor has not run.
+        """
+        call = self.calls[index]
+        missing = [p for p in call.preds if p not in self.finish]
+        if missing:
+            raise ValueError(f"{call.name} runs before its predecessor(s) {missing}")
+        previous = self.previous
+        up = len(call.prompt) - (shared_tokens(previous, call.prompt) if previous else 0)
+        u = self.alpha * (call.out_tokens * up + call.out_tokens * (call.out_tokens + 1) / 2)
+        self.finish[index] = self.now = max(self.now, self.ready_at(index)) + u
+        self.previous = call.prompt
+        return self.now
+
+
 def token_steps(calls: Sequence[CallCost], order: Sequence[int], capacity_tokens: int) -> float:
     """The makespan ``T`` of running ``calls`` in ``order`` (see the module docstring).
 
@@ -49,21 +84,7 @@ def token_steps(calls: Sequence[CallCost], order: Sequence[int], capacity_tokens
     """
     if sorted(order) != list(range(len(calls))):
         raise ValueError("order must be a permutation of the calls")
-    alpha = 1.0 / capacity_tokens
-    finish: dict[int, float] = {}
-    clock = 0.0
-    previous: tuple[Token, ...] | None = None
+    clock = TokenClock(calls, capacity_tokens)
     for index in order:
-        call = calls[index]
-        missing = [p for p in call.preds if p not in finish]
-        if missing:
-            raise ValueError(f"{call.name} runs before its predecessor(s) {missing}")
-        up = len(call.prompt) - (shared_tokens(previous, call.prompt) if previous else 0)
-        u = alpha * (call.out_tokens * up + call.out_tokens * (call.out_tokens + 1) / 2)
-        ready = max(
-            (finish[p] + calls[p].out_tokens for p in call.preds), default=0.0
-        )  # alpha * M * out = out
-        start = max(clock, ready)
-        finish[index] = clock = start + u
-        previous = call.prompt
-    return max(finish.values(), default=0.0)
+        clock.run(index)
+    return max(clock.finish.values(), default=0.0)

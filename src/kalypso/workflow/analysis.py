@@ -10,13 +10,14 @@ that call and query (its text is unknown before it runs).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kalypso.core.cost import CallCost, Token
+from kalypso.core.cost import CallCost, Token, TokenClock
 from kalypso.core.graph import LLMNode, Slot, Text
 from kalypso.core.instance import Instance
-from kalypso.core.policies import PlanInfo, TaskInfo, get_policy
+from kalypso.core.policies import PlanInfo, RunInfo, TaskInfo, get_policy
 from kalypso.core.policies.cache_aware import llm_dependencies
 from kalypso.core.prompt import ChatLayout
 from kalypso.core.slots import OutputSlot
@@ -67,11 +68,22 @@ def policy_order(
     keys: Sequence[tuple[str, tuple[int, ...]]],
     calls: Sequence[CallCost],
     layout: ChatLayout,
+    capacity_tokens: int,
     seed: int = 0,
 ) -> list[int]:
-    """The call order a policy's ranking gives, as a list schedule: repeatedly the ready
-    call (its predecessors done) of smallest rank. ``"random"``: a random ready call."""
+    """The call order a policy's ranking gives, as the runtime takes it: on the cost
+    model's clock (:class:`~kalypso.core.cost.TokenClock`), repeatedly the call of
+    smallest rank whose predecessors' answers exist and that the policy's gate lets
+    through; when none is, the clock moves to the next answer. A call whose turn has come
+    but is not ready lets the next ones through, as at run time (the order is a soft one).
+    ``"random"``: a random such call, no gate.
+
+    The gate sees a call as completed once its answer exists on the model's clock; a
+    gated call then starts without waiting for that moment, so gated policies (querywise,
+    opwise) are costed a little below what their barriers cost.
+    """
     rank: Callable[[int], Any]
+    policy = None
     if policy_name == "random":
         rng = random.Random(seed)
         noise = [rng.random() for _ in calls]
@@ -83,11 +95,34 @@ def policy_order(
         infos = [TaskInfo(i, 0, k, op) for i, (op, k) in enumerate(keys)]
         ranks = [policy.rank(info) for info in infos]
         rank = ranks.__getitem__
-    done: set[int] = set()
+
+    def gate(index: int, run: RunInfo) -> bool:
+        return policy is None or policy.gate(infos[index], run)
+
+    clock = TokenClock(calls, capacity_tokens)
     order: list[int] = []
     while len(order) < len(calls):
-        ready = [i for i in range(len(calls)) if i not in done and set(calls[i].preds) <= done]
-        pick = min(ready, key=rank)
-        done.add(pick)
-        order.append(pick)
+        answered = {i for i in order if clock.finish[i] + calls[i].out_tokens <= clock.now}
+        completed = Counter(keys[i][0] for i in answered)
+        left = Counter(keys[i][1] for i in range(len(calls)) if i not in answered)
+        run = RunInfo(completed, frozenset(k for _, k in keys if not left[k]), ())
+        waiting = [
+            i
+            for i in range(len(calls))
+            if i not in clock.finish and all(p in clock.finish for p in calls[i].preds)
+        ]
+        ready = [i for i in waiting if clock.ready_at(i) <= clock.now and gate(i, run)]
+        if ready:
+            pick = min(ready, key=rank)
+            clock.run(pick)
+            order.append(pick)
+            continue
+        answers = [clock.finish[i] + calls[i].out_tokens for i in order]
+        later = [t for t in (*answers, *map(clock.ready_at, waiting)) if t > clock.now]
+        if not later:  # nothing will change: the gate is stuck, take the rank's pick
+            pick = min(waiting, key=rank)
+            clock.run(pick)
+            order.append(pick)
+            continue
+        clock.now = min(later)
     return order
