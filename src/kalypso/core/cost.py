@@ -58,6 +58,10 @@ class TokenClock:
         calls = self.calls
         return max((self.finish[p] + calls[p].out_tokens for p in calls[index].preds), default=0.0)
 
+    def wait_until(self, time: float) -> None:
+        """Idle until ``time`` (no call runs before it)."""
+        self.now = max(self.now, time)
+
     def run(self, index: int) -> float:
         """Run ``index`` next; its end.
 

@@ -101,28 +101,27 @@ def policy_order(
 
     clock = TokenClock(calls, capacity_tokens)
     order: list[int] = []
+    queries = frozenset(k for _, k in keys)
     while len(order) < len(calls):
-        answered = {i for i in order if clock.finish[i] + calls[i].out_tokens <= clock.now}
-        completed = Counter(keys[i][0] for i in answered)
-        left = Counter(keys[i][1] for i in range(len(calls)) if i not in answered)
-        run = RunInfo(completed, frozenset(k for _, k in keys if not left[k]), ())
+        answer_at = {i: clock.finish[i] + calls[i].out_tokens for i in order}
+        answered = {i for i, t in answer_at.items() if t <= clock.now}
+        unfinished = {keys[i][1] for i in range(len(calls)) if i not in answered}
+        run = RunInfo(Counter(keys[i][0] for i in answered), queries - unfinished, ())
         waiting = [
             i
             for i in range(len(calls))
             if i not in clock.finish and all(p in clock.finish for p in calls[i].preds)
         ]
         ready = [i for i in waiting if clock.ready_at(i) <= clock.now and gate(i, run)]
-        if ready:
-            pick = min(ready, key=rank)
-            clock.run(pick)
-            order.append(pick)
-            continue
-        answers = [clock.finish[i] + calls[i].out_tokens for i in order]
-        later = [t for t in (*answers, *map(clock.ready_at, waiting)) if t > clock.now]
-        if not later:  # nothing will change: the gate is stuck, take the rank's pick
-            pick = min(waiting, key=rank)
-            clock.run(pick)
-            order.append(pick)
-            continue
-        clock.now = min(later)
+        if not ready:
+            later = [
+                t for t in (*answer_at.values(), *map(clock.ready_at, waiting)) if t > clock.now
+            ]
+            if later:
+                clock.wait_until(min(later))
+                continue
+            ready = waiting  # nothing will change: the gate is stuck, take the rank's pick
+        pick = min(ready, key=rank)
+        clock.run(pick)
+        order.append(pick)
     return order
