@@ -37,7 +37,7 @@ async def any_engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineUnde
 
         local = await LocalVLLMEngine.start(conformance_vllm_settings())
         try:
-            yield EngineUnderTest(local, kind, CONFORMANCE_KV_BLOCKS)
+            yield EngineUnderTest(local, kind, CONFORMANCE_KV_BLOCKS - 1)  # less the null block
         finally:
             await local.close()
     else:
@@ -48,7 +48,7 @@ async def any_engine(request: pytest.FixtureRequest) -> AsyncIterator[EngineUnde
         try:
             http = await HTTPVLLMEngine.connect(server.base_url)
             try:
-                yield EngineUnderTest(http, kind, CONFORMANCE_KV_BLOCKS)
+                yield EngineUnderTest(http, kind, CONFORMANCE_KV_BLOCKS - 1)
             finally:
                 await http.close()
         finally:

@@ -205,8 +205,8 @@ async def test_one_key_releases_all_its_requests_together(clean: PinningEngine) 
 async def test_kv_usage_counts_pinned_blocks(clean: PinningEngine) -> None:
     engine = clean
     block = engine.capacity.block_size_tokens
-    # vLLM keeps one of its blocks as a "null block" and reports usage over the others
-    usable_blocks = engine.capacity.num_blocks - 1
+    # vLLM reports usage over the blocks requests can hold, which capacity counts
+    usable_blocks = engine.capacity.num_blocks
     prompt = tuple([*_tokens(engine, 110, 4 * block), *_tokens(engine, 111, 8)])
     await engine.generate(GenerateRequest("pinned", prompt, 2, pin_key="usage"))
     pinned, _ = await _wait_stats(engine, lambda s: s.kv_usage_fraction > 0)

@@ -172,6 +172,7 @@ class EngineCapacity:
     """The KV cache as the engine allocated it."""
 
     num_blocks: int
+    """Blocks requests can hold (for vLLM, those it allocated less its null block)."""
     block_size_tokens: int
     max_model_len_tokens: int
     """Longest sequence (prompt + output) one request may have."""

@@ -8,8 +8,8 @@
   ``{"token_id:<id>": logprob}`` per generated position. The server must run with
   ``--logprobs-mode processed_logprobs`` (``VLLMServer`` passes it) for logprobs under
   ``allowed_token_ids`` to be renormalised over the allowed ids;
-* capacity: the ``vllm:cache_config_info`` gauge of ``/metrics`` (``num_gpu_blocks``,
-  ``block_size``) and ``max_model_len`` from ``/v1/models``;
+* capacity: the ``vllm:cache_config_info`` gauge of ``/metrics`` (``num_gpu_blocks``
+  less vLLM's null block, ``block_size``) and ``max_model_len`` from ``/v1/models``;
 * live stats: the ``/metrics`` counters and gauges; per-phase time from the sums of the
   ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds``
   histograms;
@@ -75,7 +75,7 @@ from kalypso.engine.vllm_pinning import (
     UNPIN_ARG,
     parse_control_stop_reason,
 )
-from kalypso.engine.vllm_settings import DEFAULT_TIMEOUT_S
+from kalypso.engine.vllm_settings import DEFAULT_TIMEOUT_S, usable_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ class HTTPVLLMEngine:
             raise EngineError(f"{base_url}/metrics has no vllm:cache_config_info gauge")
         labels = info[0][0]
         return EngineCapacity(
-            num_blocks=int(labels["num_gpu_blocks"]),
+            num_blocks=usable_blocks(int(labels["num_gpu_blocks"])),
             block_size_tokens=int(labels["block_size"]),
             max_model_len_tokens=max_model_len,
         )

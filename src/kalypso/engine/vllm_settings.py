@@ -150,6 +150,14 @@ def kv_bytes_per_token(model_path: str, dtype: str = "bfloat16") -> int | None:
     return 2 * layers * kv_heads * head_dim * dtype_bytes(dtype, model_path)
 
 
+def usable_blocks(num_gpu_blocks: int) -> int:
+    """The KV blocks requests can hold out of the ``num_gpu_blocks`` vLLM allocated: its
+    block pool keeps one aside as the "null block" (``BlockPool.null_block``), so a ledger
+    sized at ``num_gpu_blocks`` would admit one block more than vLLM can give and the
+    last request admitted would be preempted."""
+    return num_gpu_blocks - 1
+
+
 def default_max_model_len_tokens(
     model_path: str, kv_cache_bytes: int, dtype: str = "bfloat16"
 ) -> int | None:
