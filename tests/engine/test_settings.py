@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kalypso.engine.protocol import EngineError
-from kalypso.engine.vllm_server import server_command
+from kalypso.engine.vllm_server import default_served_name, server_command
 from kalypso.engine.vllm_settings import (
     LOGPROBS_MODE,
     VLLMSettings,
@@ -19,8 +19,10 @@ from kalypso.engine.vllm_settings import (
     engine_args,
     engine_cli_args,
     kv_bytes_per_token,
+    kv_cache_groups,
+    usable_blocks,
 )
-from kalypso.models import resolve_model
+from kalypso.models import SERVED_MODEL_NAME, resolve_model
 
 # SmolLM2-135M: 30 layers x 3 KV heads x 64 dims, K and V
 SMOLLM2_ELEMENTS_PER_TOKEN = 2 * 30 * 3 * 64
@@ -143,3 +145,39 @@ def test_server_command_parses_to_the_in_process_engine_args() -> None:
     assert {key: getattr(parsed, key) for key in expected} == expected
     assert namespace.enable_prompt_tokens_details is True
     assert (namespace.host, namespace.port) == ("127.0.0.1", 8123)
+
+
+GEMMA3_LAYER_TYPES = (["sliding_attention"] * 5 + ["full_attention"]) * 3
+
+
+@pytest.mark.parametrize(
+    ("layer_types", "groups"),
+    [
+        (None, 1),  # no layer types: every layer full attention
+        (["full_attention"] * 30, 1),
+        (GEMMA3_LAYER_TYPES, 6),  # 3 full = 1 group of 3, 15 sliding = 5 groups of 3
+        (["sliding_attention"] * 12 + ["full_attention"] * 13, 2),  # padded to 13 + 13
+    ],
+)
+def test_kv_cache_groups_follow_vllms_hybrid_grouping(
+    tmp_path: Path, layer_types: list[str] | None, groups: int
+) -> None:
+    extra = {} if layer_types is None else {"layer_types": layer_types}
+    assert kv_cache_groups(_config(tmp_path, **extra)) == groups
+
+
+def test_kv_cache_groups_of_no_local_folder_is_one(tmp_path: Path) -> None:
+    assert kv_cache_groups("") == 1
+    assert kv_cache_groups(str(tmp_path / "missing")) == 1
+
+
+def test_usable_blocks_leave_the_null_block_and_divide_by_the_groups() -> None:
+    assert usable_blocks(45) == 44
+    # Gemma 3 at 6,912 tokens of full attention: vLLM reports 6 x 216 blocks of 32 tokens
+    assert usable_blocks(6 * 216, 6) == 215
+
+
+def test_servers_are_named_after_their_model() -> None:
+    assert default_served_name("bundled") == SERVED_MODEL_NAME
+    assert default_served_name("/cache/models/gemma3-270m/") == "kalypso-gemma3-270m"
+    assert default_served_name("google/gemma-3-270m") == "kalypso-gemma-3-270m"

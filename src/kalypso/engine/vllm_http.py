@@ -9,7 +9,8 @@
   ``--logprobs-mode processed_logprobs`` (``VLLMServer`` passes it) for logprobs under
   ``allowed_token_ids`` to be renormalised over the allowed ids;
 * capacity: the ``vllm:cache_config_info`` gauge of ``/metrics`` (``num_gpu_blocks``
-  less vLLM's null block, ``block_size``) and ``max_model_len`` from ``/v1/models``;
+  less vLLM's null block, over the model's KV cache groups when its folder is local;
+  ``block_size``) and ``max_model_len`` from ``/v1/models``;
 * live stats: the ``/metrics`` counters and gauges; per-phase time from the sums of the
   ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds``
   histograms;
@@ -75,7 +76,7 @@ from kalypso.engine.vllm_pinning import (
     UNPIN_ARG,
     parse_control_stop_reason,
 )
-from kalypso.engine.vllm_settings import DEFAULT_TIMEOUT_S, usable_blocks
+from kalypso.engine.vllm_settings import DEFAULT_TIMEOUT_S, kv_cache_groups, usable_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +237,10 @@ class HTTPVLLMEngine:
                 raise EngineError(f"{base_url} does not serve model {model!r}; it serves {served}")
             card = next(m for m in models if m["id"] == model)
             capacity = await cls._read_capacity(
-                client, base_url, int(card.get("max_model_len") or 0)
+                client,
+                base_url,
+                int(card.get("max_model_len") or 0),
+                kv_cache_groups(str(card.get("root") or "")),
             )
             local = _local_tokenizer(base_url, str(card.get("root") or ""), tokenizer)
             engine = cls(client, base_url, model, capacity, local, pinning, default_timeout_s)
@@ -271,8 +275,10 @@ class HTTPVLLMEngine:
 
     @staticmethod
     async def _read_capacity(
-        client: httpx.AsyncClient, base_url: str, max_model_len: int
+        client: httpx.AsyncClient, base_url: str, max_model_len: int, kv_groups: int = 1
     ) -> EngineCapacity:
+        """The capacity the metrics report, in blocks a request can hold (``kv_groups``:
+        see :func:`~kalypso.engine.vllm_settings.usable_blocks`)."""
         try:
             async with asyncio.timeout(METRICS_TIMEOUT_S):
                 response = await client.get("/metrics")
@@ -284,7 +290,7 @@ class HTTPVLLMEngine:
             raise EngineError(f"{base_url}/metrics has no vllm:cache_config_info gauge")
         labels = info[0][0]
         return EngineCapacity(
-            num_blocks=usable_blocks(int(labels["num_gpu_blocks"])),
+            num_blocks=usable_blocks(int(labels["num_gpu_blocks"]), kv_groups),
             block_size_tokens=int(labels["block_size"]),
             max_model_len_tokens=max_model_len,
         )

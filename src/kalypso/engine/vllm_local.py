@@ -61,7 +61,12 @@ from kalypso.engine.vllm_pinning import (
     UNPIN_ARG,
     parse_control_stop_reason,
 )
-from kalypso.engine.vllm_settings import VLLMSettings, engine_args, usable_blocks
+from kalypso.engine.vllm_settings import (
+    VLLMSettings,
+    engine_args,
+    kv_cache_groups,
+    usable_blocks,
+)
 from kalypso.models import resolve_model
 
 if TYPE_CHECKING:
@@ -218,7 +223,7 @@ class LocalVLLMEngine:
             llm.shutdown()
             raise EngineError("vLLM started but reported no KV cache blocks")
         capacity = EngineCapacity(
-            num_blocks=usable_blocks(int(num_blocks)),
+            num_blocks=usable_blocks(int(num_blocks), kv_cache_groups(model_path)),
             block_size_tokens=int(config.cache_config.block_size),
             max_model_len_tokens=int(config.model_config.max_model_len),
         )

@@ -47,7 +47,7 @@ import httpx
 
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.vllm_settings import VLLMSettings, engine_args, engine_cli_args
-from kalypso.models import SERVED_MODEL_NAME, cache_dir, resolve_model
+from kalypso.models import BUNDLED_MODEL_NAME, SERVED_MODEL_NAME, cache_dir, resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def default_served_name(model: str) -> str:
+    """The name a model is served under when none is given: the bundled model's
+    :data:`~kalypso.models.SERVED_MODEL_NAME`, else ``kalypso-`` and the folder's (or
+    Hugging Face id's) last part."""
+    if model == BUNDLED_MODEL_NAME:
+        return SERVED_MODEL_NAME
+    return "kalypso-" + Path(model.rstrip("/")).name
 
 
 def server_command(settings: VLLMSettings, port: int, served_model_name: str) -> list[str]:
@@ -223,7 +232,7 @@ class VLLMServer:
         settings: VLLMSettings | None = None,
         *,
         port: int | None = None,
-        served_model_name: str = SERVED_MODEL_NAME,
+        served_model_name: str | None = None,
         startup_timeout_s: float = 300.0,
         log_path: Path | None = None,
         admin_endpoints: bool = False,
@@ -231,6 +240,8 @@ class VLLMServer:
         """Start the server and block until ``/health`` answers.
 
         Args:
+            served_model_name: the name clients ask for; default:
+                :func:`default_served_name` of ``settings.model``.
             admin_endpoints: enable vLLM's unauthenticated admin endpoints
                 (``VLLM_SERVER_DEV_MODE=1``: ``/reset_prefix_cache``, ``/collective_rpc``,
                 ``/server_info``, ...); off by default, and then also off when this
@@ -243,6 +254,7 @@ class VLLMServer:
         """
         settings = settings or VLLMSettings()
         port = port or free_port()
+        served_model_name = served_model_name or default_served_name(settings.model)
         cmd = server_command(settings, port, served_model_name)
         log_path = log_path or cache_dir() / "logs" / f"vllm-server-{port}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)

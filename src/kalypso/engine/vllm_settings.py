@@ -22,6 +22,7 @@ Fixed engine arguments (not settings):
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,12 +151,40 @@ def kv_bytes_per_token(model_path: str, dtype: str = "bfloat16") -> int | None:
     return 2 * layers * kv_heads * head_dim * dtype_bytes(dtype, model_path)
 
 
-def usable_blocks(num_gpu_blocks: int) -> int:
-    """The KV blocks requests can hold out of the ``num_gpu_blocks`` vLLM allocated: its
-    block pool keeps one aside as the "null block" (``BlockPool.null_block``), so a ledger
-    sized at ``num_gpu_blocks`` would admit one block more than vLLM can give and the
-    last request admitted would be preempted."""
-    return num_gpu_blocks - 1
+def kv_cache_groups(model_path: str) -> int:
+    """How many KV cache groups vLLM's hybrid allocator makes of the model's layers (1 when
+    every layer has the same attention type, or the config does not say).
+
+    A model mixing attention types (Gemma 3: 15 sliding-window layers and 3 full ones)
+    gets one group per ``group_size`` layers of a type, ``group_size`` being the smallest
+    type's layer count (or the largest's when it is under 1.5 times that), all groups
+    drawing pages from one block pool (vLLM's ``_get_kv_cache_groups_uniform_page_size``).
+    A token then takes a block slot in every group, so ``num_gpu_blocks`` counts up to
+    ``groups`` times the tokens the cache holds.
+    """
+    config = (_model_config(model_path) if model_path else None) or {}
+    layer_types = config.get("layer_types")
+    if not isinstance(layer_types, list) or len(set(layer_types)) <= 1:
+        return 1
+    counts = Counter(str(kind) for kind in layer_types).values()
+    group_size = min(counts)
+    if max(counts) < 1.5 * group_size:
+        group_size = max(counts)
+    return sum(-(-count // group_size) for count in counts)
+
+
+def usable_blocks(num_gpu_blocks: int, groups: int = 1) -> int:
+    """The KV blocks requests can hold, in blocks of ``block_size`` tokens across every
+    layer, out of the ``num_gpu_blocks`` vLLM allocated.
+
+    vLLM's block pool keeps one block aside as its "null block" (``BlockPool.null_block``):
+    a ledger sized at ``num_gpu_blocks`` would admit one block more than vLLM can give, and
+    the last request admitted would be preempted. With ``groups`` KV cache groups (see
+    :func:`kv_cache_groups`) a token takes a block in each, so the pool is divided by
+    them: exact for full attention, conservative for sliding-window layers (which hold at
+    most their window of a long sequence).
+    """
+    return (num_gpu_blocks - 1) // groups
 
 
 def default_max_model_len_tokens(
