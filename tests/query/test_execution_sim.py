@@ -180,6 +180,27 @@ async def test_both_policies_return_identical_frames(
     assert list(blocking.columns) == list(plan.columns)
 
 
+def _key_of(request_id: str) -> tuple[int, ...]:
+    """``"q:3:sem_join:0.1:7"`` -> ``(0, 1)``: the instance key (input row, then child)."""
+    return tuple(int(part) for part in request_id.split(":")[3].split("."))
+
+
+async def test_operator_at_a_time_sends_each_operator_in_row_order(
+    make_engine: EngineFactory, review_tables: tuple[Table, Table]
+) -> None:
+    """Behind the barrier, an operator's calls go out in the row order of the table the
+    previous operator materialized (review, then aspect), as Lotus sends them, not in the
+    order the previous operator's calls happened to complete (which mixes reviews and
+    evicts each review's prefix before all its aspects have used it)."""
+    plan = filter_join_map(review_tables).sem_map("Shorten the {quote} of the {text}.", "short")
+    engine = make_engine(outputs=SimOutputModel(yes_rate=1.0))
+    await plan.arun(engine, policy="operator-at-a-time")
+    quoted = [_key_of(r.request_id) for r in engine.results if _op_of(r.request_id) == "4:sem_map"]
+    assert quoted != sorted(quoted)  # the quotes (8-48 tokens) completed out of row order...
+    shortened = [_key_of(r.request_id) for r in engine.requests_of("5:sem_map")]
+    assert len(shortened) == 80 and shortened == sorted(shortened)  # ...but went out in it
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 async def test_stats_match_what_the_engine_served(
     make_engine: EngineFactory, review_tables: tuple[Table, Table], policy: str

@@ -167,6 +167,9 @@ class SchedulerCore:
         self._by_program: dict[int, Task] = {}
         """The same, by the id of their program (children name their prefix parent's)."""
         self._to_unpin: list[str] = []
+        self._row_ordered: set[int] = set()
+        """Stages whose queue was put in input-row order (behind a barrier, see
+        :meth:`_launch_order`)."""
         caps = [c for c in (policy.max_running_tasks, self.settings.max_running_tasks) if c]
         self._max_running = min(caps) if caps else None
 
@@ -202,7 +205,7 @@ class SchedulerCore:
             self._check_stuck()
             return SchedulerOutput(admitted, unpin)
         for stage in self._launch_order():
-            queue = self.waiting[stage]
+            queue = self._in_row_order(stage)
             while queue:
                 if self._max_running is not None and len(self.running) >= self._max_running:
                     return SchedulerOutput(admitted, unpin)
@@ -270,6 +273,16 @@ class SchedulerCore:
             if self.waiting[stage] or self.running_per_stage[stage]:
                 return [stage] if not self.running_per_stage[stage] or self.waiting[stage] else []
         return []
+
+    def _in_row_order(self, stage: int) -> deque[Task]:
+        """``stage``'s queue; behind a barrier (operator at a time), put in input-row order
+        (task keys) the first time it launches. Its tasks were queued as the previous
+        operator's calls completed; a materialized operator reads the previous one's output
+        table row by row, as Lotus does, which keeps rows that share a document together."""
+        if self.policy.operator_at_a_time and stage not in self._row_ordered:
+            self._row_ordered.add(stage)
+            self.waiting[stage] = deque(sorted(self.waiting[stage], key=lambda t: t.key))
+        return self.waiting[stage]
 
     def _admits(self, task: Task) -> bool:
         assert self.memory is not None
