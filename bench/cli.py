@@ -72,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SYSTEMS,
         help="suite (each workload's default systems: operator-at-a-time, adaptive,"
         " adaptive+explicit, plus static splits on two-stage shapes and fixed output budgets"
-        " on medec) or comma-separated policies, optionally with +explicit, +fixed or"
-        " +fixed:N (adaptive+explicit)",
+        " on medec) or comma-separated policies, optionally with +explicit, +fixed,"
+        " +fixed:N, +nocap or +inflight:N (adaptive+explicit, operator-at-a-time+inflight:16)",
     )
     parser.add_argument(
         "--kv-sweep",

@@ -99,7 +99,10 @@ def system_options(system: str) -> dict[str, Any]:
     ``+explicit`` (explicit pinning), ``+fixed`` (each operator's own first bound, no
     estimator), ``+fixed:N`` (every generative operator starts at N output tokens) and
     ``+nocap`` (tasks sized at the estimate even when their caps fit: the sizing before
-    "reserve the cap when it fits"), e.g. ``adaptive+explicit`` or ``adaptive+fixed:8``."""
+    "reserve the cap when it fits") and ``+inflight:N`` (at most N calls in flight; for
+    ``operator-at-a-time+inflight:16``, a client that sends no more than the engine's 16
+    sequences, which keeps the arrival order at the server; see BENCHMARKS.md), e.g.
+    ``adaptive+explicit`` or ``adaptive+fixed:8``."""
     policy, *modifiers = system.split("+")
     options: dict[str, Any] = {"policy": policy}
     for modifier in modifiers:
@@ -111,6 +114,8 @@ def system_options(system: str) -> dict[str, Any]:
             options["reserve_cap_when_it_fits"] = False
         elif modifier.startswith("fixed:") and modifier[6:].isdigit() and int(modifier[6:]) > 0:
             options["fixed_bound_tokens"] = int(modifier[6:])
+        elif modifier.startswith("inflight:") and modifier[9:].isdigit() and int(modifier[9:]) > 0:
+            options["max_tasks_in_flight"] = int(modifier[9:])
         else:
             raise ValueError(f"unknown system modifier {modifier!r} in {system!r}")
     return options

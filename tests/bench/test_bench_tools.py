@@ -38,7 +38,10 @@ def test_system_names_map_to_run_options() -> None:
     assert system_options("adaptive+nocap") == {
         "policy": "adaptive", "reserve_cap_when_it_fits": False,
     }  # fmt: skip
-    for bad in ("adaptive+turbo", "adaptive+fixed:0", "adaptive+fixed:x"):
+    assert system_options("operator-at-a-time+inflight:16") == {
+        "policy": "operator-at-a-time", "max_tasks_in_flight": 16,
+    }  # fmt: skip
+    for bad in ("adaptive+turbo", "adaptive+fixed:0", "adaptive+fixed:x", "adaptive+inflight:0"):
         with pytest.raises(ValueError, match="modifier"):
             system_options(bad)
 
