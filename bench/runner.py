@@ -94,6 +94,14 @@ class BenchRecord:
     """Every quality metric of the workload's scorer."""
 
 
+def _positive_count(modifier: str, prefix: str) -> int | None:
+    """N of a ``prefix``N modifier with N a positive integer, else None."""
+    text = modifier.removeprefix(prefix)
+    if text != modifier and text.isdigit() and int(text) > 0:
+        return int(text)
+    return None
+
+
 def system_options(system: str) -> dict[str, Any]:
     """``arun`` options for a system name: a policy, optionally with modifiers -
     ``+explicit`` (explicit pinning), ``+fixed`` (each operator's own first bound, no
@@ -112,10 +120,10 @@ def system_options(system: str) -> dict[str, Any]:
             options["estimate_bounds"] = False
         elif modifier == "nocap":
             options["reserve_cap_when_it_fits"] = False
-        elif modifier.startswith("fixed:") and modifier[6:].isdigit() and int(modifier[6:]) > 0:
-            options["fixed_bound_tokens"] = int(modifier[6:])
-        elif modifier.startswith("inflight:") and modifier[9:].isdigit() and int(modifier[9:]) > 0:
-            options["max_tasks_in_flight"] = int(modifier[9:])
+        elif (tokens := _positive_count(modifier, "fixed:")) is not None:
+            options["fixed_bound_tokens"] = tokens
+        elif (calls := _positive_count(modifier, "inflight:")) is not None:
+            options["max_tasks_in_flight"] = calls
         else:
             raise ValueError(f"unknown system modifier {modifier!r} in {system!r}")
     return options

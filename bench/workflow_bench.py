@@ -161,13 +161,13 @@ async def run_langgraph(engine: Engine, job: Workload, scale: str) -> dict[str, 
 
 
 async def warm_up_engine(engine: Engine, job: Workload) -> None:
-    """One untimed all-ready run of ``job``, then a prefix-cache reset: a fresh vLLM
-    engine's first run pays one-off costs (first kernel runs at each batch shape, memory
-    growth) that cost the system measured first 3-6% on MapRed (BENCHMARKS.md), so no
-    system is measured on a cold engine. The simulator has no such costs and skips this."""
+    """One untimed all-ready run of ``job`` (each system's run resets the prefix cache
+    first): a fresh vLLM engine's first run pays one-off costs (first kernel runs at each
+    batch shape, memory growth) that cost the system measured first 3-6% on MapRed
+    (BENCHMARKS.md), so no system is measured on a cold engine. The simulator has no such
+    costs and skips this."""
     started = time.monotonic()
     await run_system(engine, job, "all-ready")
-    await engine.reset_prefix_cache()
     print(
         f"  warm-up ({job.name}, all-ready, untimed): {time.monotonic() - started:.1f} s",
         flush=True,

@@ -236,13 +236,11 @@ class HTTPVLLMEngine:
             if model not in served:
                 raise EngineError(f"{base_url} does not serve model {model!r}; it serves {served}")
             card = next(m for m in models if m["id"] == model)
+            root = str(card.get("root") or "")  # the model's folder, if local
             capacity = await cls._read_capacity(
-                client,
-                base_url,
-                int(card.get("max_model_len") or 0),
-                kv_cache_groups(str(card.get("root") or "")),
+                client, base_url, int(card.get("max_model_len") or 0), kv_cache_groups(root)
             )
-            local = _local_tokenizer(base_url, str(card.get("root") or ""), tokenizer)
+            local = _local_tokenizer(base_url, root, tokenizer)
             engine = cls(client, base_url, model, capacity, local, pinning, default_timeout_s)
             if pinning:
                 await engine._control({PING_ARG: 1})
