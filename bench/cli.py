@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="suite (each workload's default systems: operator-at-a-time, adaptive,"
         " adaptive+explicit, plus static splits on two-stage shapes and fixed output budgets"
         " on medec) or comma-separated policies, optionally with +explicit, +fixed,"
-        " +fixed:N, +nocap or +inflight:N (adaptive+explicit, operator-at-a-time+inflight:16)",
+        " +fixed:N, +nocap or +inflight:N (adaptive+explicit, operator-at-a-time+inflight:64)",
     )
     parser.add_argument(
         "--kv-sweep",

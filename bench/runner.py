@@ -107,9 +107,9 @@ def system_options(system: str) -> dict[str, Any]:
     ``+explicit`` (explicit pinning), ``+fixed`` (each operator's own first bound, no
     estimator), ``+fixed:N`` (every generative operator starts at N output tokens) and
     ``+nocap`` (tasks sized at the estimate even when their caps fit: the sizing before
-    "reserve the cap when it fits") and ``+inflight:N`` (at most N calls in flight; for
-    ``operator-at-a-time+inflight:16``, a client that sends no more than the engine's 16
-    sequences, which keeps the arrival order at the server; see BENCHMARKS.md), e.g.
+    "reserve the cap when it fits") and ``+inflight:N`` (at most N calls in flight, e.g.
+    ``operator-at-a-time+inflight:64``; plain operator-at-a-time keeps the engine's
+    ``max_num_seqs`` in flight), e.g.
     ``adaptive+explicit`` or ``adaptive+fixed:8``."""
     policy, *modifiers = system.split("+")
     options: dict[str, Any] = {"policy": policy}

@@ -65,6 +65,9 @@ async def test_capacity_matches_engine(any_engine: EngineUnderTest) -> None:
     assert capacity.num_blocks == any_engine.expected_num_blocks
     assert capacity.total_tokens == capacity.num_blocks * capacity.block_size_tokens
     assert 0 < capacity.max_model_len_tokens <= capacity.total_tokens
+    # max_num_seqs=1 everywhere; a server at a URL does not report it
+    expected_running = None if any_engine.kind == "vllm-http" else 1
+    assert capacity.max_running_requests == expected_running
 
 
 async def test_shared_prefix_reports_every_full_shared_block(

@@ -258,6 +258,25 @@ async def test_stats_read_the_phase_time_histograms() -> None:
     assert engine.capacity.max_model_len_tokens == 512
 
 
+async def test_connect_takes_the_servers_width_when_told() -> None:
+    """vLLM's metrics do not report ``max_num_seqs``: the caller that started the server
+    passes it, and it is checked."""
+    server = FakeServer(lambda r: asyncio.sleep(0))  # type: ignore[arg-type,return-value]
+    engine = await HTTPVLLMEngine.connect(
+        URL,
+        tokenizer=WordTokenizer(),
+        transport=httpx.MockTransport(server),
+        max_running_requests=16,
+    )
+    try:
+        assert engine.capacity.max_running_requests == 16
+        assert engine.capacity.num_blocks == 63
+    finally:
+        await engine.close()
+    with pytest.raises(ValueError, match="max_running_requests must be >= 1, got 0"):
+        await HTTPVLLMEngine.connect(URL, tokenizer=WordTokenizer(), max_running_requests=0)
+
+
 async def test_connect_needs_a_local_tokenizer() -> None:
     server = FakeServer(lambda r: asyncio.sleep(0))  # type: ignore[arg-type,return-value]
     with pytest.raises(EngineError, match=r"/not/on/this/machine.*tokenizer="):

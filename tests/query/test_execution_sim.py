@@ -269,6 +269,29 @@ async def test_pipelined_caps_tasks_in_flight(make_engine: EngineFactory, max_ta
     assert uncapped.max_in_flight == 8
 
 
+async def test_operator_at_a_time_keeps_as_many_calls_in_flight_as_the_engine_runs(
+    make_engine: EngineFactory,
+) -> None:
+    """Paced by the engine: no more calls in flight than its ``max_num_seqs`` (the rest
+    wait in the core's queue, in row order), unless the run sets its own cap; a policy
+    not paced by the engine submits past it."""
+    plan = kalypso.table(synthetic_notes(12, 20)).sem_map("Summarize the {text}.", "s")
+    paced = make_engine(max_num_seqs=5)
+    assert paced.capacity.max_running_requests == 5
+    result = await plan.arun(paced, policy="operator-at-a-time")
+    assert paced.max_in_flight == 5 and len(result.frame) == 12
+    keys = [_key_of(r.request_id) for r in paced.requests]
+    assert keys == sorted(keys)
+
+    overridden = make_engine(max_num_seqs=5)
+    await plan.arun(overridden, policy="operator-at-a-time", max_tasks_in_flight=7)
+    assert overridden.max_in_flight == 7
+
+    unpaced = make_engine(max_num_seqs=5, num_blocks=1024)
+    await plan.arun(unpaced, policy="pipelined")
+    assert unpaced.max_in_flight > 5
+
+
 async def test_pipelined_keeps_prefixes_that_a_small_cache_loses_operator_at_a_time(
     make_engine: EngineFactory,
 ) -> None:

@@ -50,7 +50,13 @@ from kalypso.core.report import PipelineReport, StageView
 from kalypso.core.result_cache import PromptResultCache
 from kalypso.core.scheduler import CoreSettings, Grow, SchedulerCore, Task, TaskOutcome
 from kalypso.core.stats import OperatorStats
-from kalypso.engine.protocol import Engine, EngineTimeoutError, GenerateRequest, GenerateResult
+from kalypso.engine.protocol import (
+    Engine,
+    EngineCapacity,
+    EngineTimeoutError,
+    GenerateRequest,
+    GenerateResult,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +144,14 @@ def read_decision(node: LLMNode, layout: ChatLayout, result: GenerateResult) -> 
     return by_token[chosen], mine - max(others)
 
 
+def _in_flight_cap(options: RunOptions, policy: Policy, capacity: EngineCapacity) -> int | None:
+    """The run's cap on tasks in flight: ``max_tasks_in_flight`` when set, else the
+    engine's ``max_running_requests`` for a policy paced by the engine, else none."""
+    if options.max_tasks_in_flight is not None:
+        return options.max_tasks_in_flight
+    return capacity.max_running_requests if policy.paced_by_engine else None
+
+
 def runnable(task: Task) -> RunnableProgram:
     """The task's program, which the runner can step through."""
     program = task.program
@@ -173,7 +187,7 @@ class PipelineRunner:
             CoreSettings(
                 alpha=options.alpha,
                 beta=options.beta,
-                max_running_tasks=options.max_tasks_in_flight,
+                max_running_tasks=_in_flight_cap(options, policy, state.engine.capacity),
                 explicit_pinning=options.pinning == "explicit",
                 max_continuations=options.max_continuations,
                 cap_when_it_fits=options.reserve_cap_when_it_fits

@@ -112,7 +112,9 @@ async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engi
 
     server = await asyncio.to_thread(VLLMServer.start, settings, admin_endpoints=True)
     try:
-        engine = await HTTPVLLMEngine.connect(server.base_url, pinning=spec.pinning)
+        engine = await HTTPVLLMEngine.connect(
+            server.base_url, pinning=spec.pinning, max_running_requests=settings.max_num_seqs
+        )
     except BaseException:
         await asyncio.to_thread(server.stop)
         raise

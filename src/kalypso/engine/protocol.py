@@ -176,6 +176,10 @@ class EngineCapacity:
     block_size_tokens: int
     max_model_len_tokens: int
     """Longest sequence (prompt + output) one request may have."""
+    max_running_requests: int | None = None
+    """Most requests the engine runs at once (vLLM's ``max_num_seqs``), when known: a
+    server at a URL does not report it, so an HTTP engine knows it only when told (as
+    :func:`~kalypso.engine.open.open_engine` does for a server it starts)."""
 
     @property
     def total_tokens(self) -> int:

@@ -46,6 +46,7 @@ import asyncio
 import logging
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,7 @@ class HTTPVLLMEngine:
         tokenizer: str | Path | Tokenizer | None = None,
         retry: Retry | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_running_requests: int | None = None,
     ) -> HTTPVLLMEngine:
         """Connect to the server at ``base_url`` (for example ``http://127.0.0.1:8000``).
 
@@ -208,6 +210,9 @@ class HTTPVLLMEngine:
             retry: the retry policy (default :data:`DEFAULT_RETRY`).
             transport: the transport under the retries (default: httpx's; tests pass an
                 ``httpx.MockTransport``).
+            max_running_requests: the server's ``max_num_seqs``, when the caller knows it
+                (vLLM's metrics do not report it); it becomes
+                ``capacity.max_running_requests``.
 
         Raises:
             EngineError: the server is unreachable (naming the URL), serves no model of
@@ -217,6 +222,8 @@ class HTTPVLLMEngine:
         """
         if not default_timeout_s > 0:
             raise ValueError(f"default_timeout_s must be > 0, got {default_timeout_s}")
+        if max_running_requests is not None and max_running_requests < 1:
+            raise ValueError(f"max_running_requests must be >= 1, got {max_running_requests}")
         base_url = base_url.rstrip("/").removesuffix("/v1")
         client = httpx.AsyncClient(
             base_url=base_url,
@@ -240,6 +247,7 @@ class HTTPVLLMEngine:
             capacity = await cls._read_capacity(
                 client, base_url, int(card.get("max_model_len") or 0), kv_cache_groups(root)
             )
+            capacity = replace(capacity, max_running_requests=max_running_requests)
             local = _local_tokenizer(base_url, root, tokenizer)
             engine = cls(client, base_url, model, capacity, local, pinning, default_timeout_s)
             if pinning:

@@ -226,6 +226,7 @@ class LocalVLLMEngine:
             num_blocks=usable_blocks(int(num_blocks), kv_cache_groups(model_path)),
             block_size_tokens=int(config.cache_config.block_size),
             max_model_len_tokens=int(config.model_config.max_model_len),
+            max_running_requests=int(config.scheduler_config.max_num_seqs),
         )
         logger.info(
             "vLLM started: %d KV blocks of %d tokens, context %d tokens",

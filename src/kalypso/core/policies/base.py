@@ -6,7 +6,8 @@ state directly. It decides:
 * **stage split** - :meth:`Policy.initial_budgets`: each stage's share of the KV capacity;
 * **rebalance** - :meth:`Policy.rebalance`: budget moves after each batch of completions;
 * **admission order** - :meth:`Policy.admission_stages`: which stage's queue is offered
-  room first, and :attr:`Policy.max_running_tasks`;
+  room first, :attr:`Policy.max_running_tasks`, and :attr:`Policy.paced_by_engine`
+  (no more tasks in flight than the engine runs at once, when it says how many);
 * **pinning** - :meth:`Policy.pins`: whether a task's prefix is pinned in the engine
   while its children run (explicit pinning);
 * **ranked admission** - a policy with ``ranked = True`` sees the whole run first
@@ -106,6 +107,11 @@ class Policy:
     bounded_outputs: bool = True
     operator_at_a_time: bool = False
     max_running_tasks: int | None = None
+    paced_by_engine: bool = False
+    """Keep at most the engine's ``capacity.max_running_requests`` tasks in flight (when
+    the engine knows it and the run sets no ``max_tasks_in_flight``): the rest wait in the
+    core's queue, in its order, instead of in the engine's first-come queue, where
+    requests sent together over concurrent connections arrive in any order."""
     ranked: bool = False
 
     def prepare(self, plan: PlanInfo) -> None:

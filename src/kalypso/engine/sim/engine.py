@@ -117,7 +117,9 @@ class SimEngine:
             block_size_tokens = default.block_size_tokens
         if max_model_len_tokens is None:
             max_model_len_tokens = min(default.max_model_len_tokens, num_blocks * block_size_tokens)
-        self._capacity = EngineCapacity(num_blocks, block_size_tokens, max_model_len_tokens)
+        self._capacity = EngineCapacity(
+            num_blocks, block_size_tokens, max_model_len_tokens, max_running_requests=max_num_seqs
+        )
         self._tokenizer: Tokenizer = tokenizer if tokenizer is not None else WordTokenizer()
         self._outputs = outputs if outputs is not None else SimOutputModel()
         self.block_pool = BlockPool(self._capacity.num_blocks, on_event=on_kv_event)
