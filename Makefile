@@ -82,6 +82,6 @@ langgraph-venv:
 # quality against the MILP optimum.
 bench-workflows: setup langgraph-venv
 	$(BIN)/python -m bench.workflow_bench --engine http $(BENCH_FLAGS) --out bench/results/workflows-cpu.json
-	$(BIN)/python -m bench.workflow_bench --engine sim --scale paper \
+	$(BIN)/python -m bench.workflow_bench --engine sim --scale paper --max-num-seqs 256 \
 		--out bench/results/workflows-sim.json
 	$(BIN)/python -m bench.optimality --out bench/results/workflows-optimality.json

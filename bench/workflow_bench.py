@@ -5,7 +5,7 @@ vLLM, one untimed all-ready run of the first workflow warms each engine up first
 
     python -m bench.workflow_bench --engine vllm --out bench/results/workflows-cpu.json
     python -m bench.workflow_bench --engine sim --scale paper --sim-profile qwen3-8b-h100 \\
-        --out bench/results/workflows-sim.json
+        --max-num-seqs 256 --out bench/results/workflows-sim.json
 
 Systems (``--systems``):
 
@@ -285,12 +285,13 @@ def engine_spec(args: argparse.Namespace, *, lspf: bool) -> EngineSpec:
             sim_profile=args.sim_profile,
             sim_blocks=profile_blocks,
             sim_block_size_tokens=args.block_size,
+            sim_max_num_seqs=args.max_num_seqs,
             lspf=lspf,
         )
     settings = VLLMSettings(
         kv_cache_bytes=args.kv_cache_bytes,
         block_size_tokens=args.block_size,
-        max_num_seqs=16,
+        max_num_seqs=args.max_num_seqs,
         deterministic=args.deterministic,
     )
     return EngineSpec(kind=args.engine, settings=settings, lspf=lspf)
@@ -321,6 +322,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kv-cache-bytes", type=int, default=64 * 2**20)
     parser.add_argument("--block-size", type=int, default=32)
     parser.add_argument("--deterministic", action="store_true")
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=16,
+        help="most requests the engine runs at once, vLLM's and the simulator's (default 16,"
+        " the CPU runs'; the paper-scale simulator runs pass 256)",
+    )
     parser.add_argument("--sim-profile", default="qwen3-8b-h100")
     parser.add_argument("--sim-kv-tokens", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("bench/results/workflows.json"))

@@ -248,3 +248,20 @@ def test_scorers_give_a_perfect_output_full_marks_and_nothing_none(name: str) ->
     assert perfect[headline] == 1.0
     empty = workload.score(pd.DataFrame())
     assert empty[headline] < 1.0
+
+
+def test_workflow_bench_gives_the_simulator_the_real_runs_width() -> None:
+    """The workflow bench's simulator runs as many requests at once as its vLLM runs (16 by
+    default), not the simulator's own default of 256."""
+    from argparse import Namespace
+
+    from bench.workflow_bench import engine_spec
+
+    args = Namespace(
+        engine="sim", sim_profile="smollm2-cpu-f32", sim_kv_tokens=1408, block_size=32,
+        max_num_seqs=16, kv_cache_bytes=2**20, deterministic=True,
+    )  # fmt: skip
+    sim = engine_spec(args, lspf=False)
+    assert (sim.sim_blocks, sim.sim_max_num_seqs) == (44, 16)
+    args.engine = "http"
+    assert engine_spec(args, lspf=True).settings.max_num_seqs == 16
