@@ -174,6 +174,25 @@ async def test_request_ended_by_a_stop_string_is_pinned(clean: PinningEngine) ->
     await engine.unpin("s")
 
 
+async def test_control_requests_add_no_phase_time(clean: PinningEngine) -> None:
+    """Control requests finish without being scheduled; vLLM's frontend would count the
+    whole monotonic clock (hours) as the prefill time of each unless told when it was
+    scheduled, and the engines' phase times (``stats().prefill_time_s``) would be
+    meaningless for any run with explicit pinning."""
+    engine = clean
+    before = await engine.stats()
+    started = time.monotonic()
+    for key in ("x", "y", "z"):
+        await engine.unpin(key)
+    await engine.unpin_all()
+    prompt = tuple(_tokens(engine, 70, 40))
+    await engine.generate(GenerateRequest("after-controls", prompt, 2))
+    after, _ = await _wait_stats(engine, lambda s: s.prefill_time_s > before.prefill_time_s)
+    elapsed_s = time.monotonic() - started
+    assert 0 < after.prefill_time_s - before.prefill_time_s <= elapsed_s
+    assert 0 <= after.decode_time_s - before.decode_time_s <= elapsed_s
+
+
 async def test_unpin_all_releases_every_key(clean: PinningEngine) -> None:
     engine = clean
     block = engine.capacity.block_size_tokens

@@ -71,6 +71,7 @@ which is also how vLLM resolves ``PINNING_SCHEDULER_CLS``.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -115,7 +116,13 @@ def _build_pinning_scheduler() -> type[Scheduler]:
     from vllm.v1.core.kv_cache_utils import KVCacheBlock
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
+    from vllm.v1.engine import (
+        EngineCoreEvent,
+        EngineCoreEventType,
+        EngineCoreOutput,
+        EngineCoreOutputs,
+        FinishReason,
+    )
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
 
@@ -153,11 +160,19 @@ def _build_pinning_scheduler() -> type[Scheduler]:
                 released = self.kalypso_cancel(str(extra[CANCEL_ARG]))
             else:
                 released = 0
+            # queued and scheduled now: without these events vLLM's frontend takes the
+            # request's scheduled time as 0 and records the whole monotonic clock (hours)
+            # as its prefill time, in the histogram the engines' stats read
+            now = time.monotonic()
             reply = EngineCoreOutput(
                 request_id=request.request_id,
                 new_token_ids=[],
                 finish_reason=FinishReason.STOP,
                 stop_reason=f"{CONTROL_STOP_REASON_PREFIX}{released}",
+                events=[
+                    EngineCoreEvent.new_event(EngineCoreEventType.QUEUED, now),
+                    EngineCoreEvent.new_event(EngineCoreEventType.SCHEDULED, now),
+                ],
             )
             self._kalypso_replies.append((request.client_index, reply))
             if self.finished_req_ids_dict is not None:
