@@ -33,7 +33,7 @@ class EngineSpec:
             admin endpoints for prefix-cache resets).
         sim_profile: the simulator's cost profile; ``sim_blocks`` and
             ``sim_block_size_tokens`` override its capacity, ``sim_max_num_seqs`` its
-            most requests running at once (default 256).
+            most requests running at once (the simulator's default, 256).
         pinning: start vLLM with the pinning scheduler (explicit pinning).
         lspf: engines take waiting requests longest cached prefix first (vLLM's
             :mod:`~kalypso.engine.vllm_lspf` scheduler class; the simulator's
@@ -46,7 +46,7 @@ class EngineSpec:
     sim_profile: str = "smollm2-cpu"
     sim_blocks: int | None = None
     sim_block_size_tokens: int | None = None
-    sim_max_num_seqs: int | None = None
+    sim_max_num_seqs: int = 256
     pinning: bool = False
     lspf: bool = False
 
@@ -55,7 +55,7 @@ class EngineSpec:
             raise ValueError(f"engine kind must be one of {ENGINE_KINDS}, got {self.kind!r}")
         if self.pinning and self.lspf:
             raise ValueError("explicit pinning and LSPF use different vLLM scheduler classes")
-        if self.sim_max_num_seqs is not None and self.sim_max_num_seqs < 1:
+        if self.sim_max_num_seqs < 1:
             raise ValueError(f"sim_max_num_seqs must be >= 1, got {self.sim_max_num_seqs}")
 
 
@@ -102,7 +102,7 @@ async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engi
             num_blocks=spec.sim_blocks,
             block_size_tokens=spec.sim_block_size_tokens,
             waiting_order="lspf" if spec.lspf else "priority",
-            **({} if spec.sim_max_num_seqs is None else {"max_num_seqs": spec.sim_max_num_seqs}),
+            max_num_seqs=spec.sim_max_num_seqs,
         )
     if spec.kind == "vllm":
         with output_to(log_path):
