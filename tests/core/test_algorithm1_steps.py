@@ -80,25 +80,27 @@ def test_sequential_admits_a_tuples_children_before_the_next_tuple() -> None:
 
 
 def test_adaptive_admission_order_and_budget_moves() -> None:
-    """* Launch 0: stage 0's budget of 6 fits one task, (0,). It is filtered.
-    * Rebalance 1: nothing waits for stage 1 (0 < beta * 58/4), 4 notes wait for stage 0
-      (not starving: 4 >= 0.5 * 6/6): stage 1 gives all but its minimum, 58 - 4 = 54.
-    * Launch 1: stage 0 (budget 60) admits (1,)..(4,) at once (4 * 6 = 24 blocks).
-    * Rebalance 2: (1,) is filtered, (2,) (3,) (4,) are kept and hold 3 prefixes of 4
-      blocks; their 6 children wait (> alpha * 4/4): stage 1's queue is saturated and its
-      feeder, stage 0, gives what it does not hold to the last stage: 60 - 12 = 48."""
+    """* Rebalance 0, at the start (Algorithm 1 rebalances in every iteration of its loop,
+      the first included): nothing waits for stage 1 (0 < beta * 58/4), 5 notes wait for
+      stage 0 (not starving: 5 >= 0.5 * 6/6): stage 1 gives all but its minimum,
+      58 - 4 = 54.
+    * Launch 0: stage 0 (budget 60) admits (0,)..(4,) at once (5 * 6 = 30 blocks).
+    * Rebalance 1: (0,) and (1,) are filtered, (2,) (3,) (4,) are kept and hold 3
+      prefixes of 4 blocks; their 6 children wait (> alpha * 4/4): stage 1's queue is
+      saturated and its feeder, stage 0, gives what it does not hold to the last stage:
+      60 - 12 = 48."""
     workload = filter_join_map({(2,), (3,), (4,)})
     core = make_core(workload, "adaptive")
     log = run_steps(core, workload, 5)
     report = core.report
     assert report.min_budgets_blocks == [6, 4]
     assert report.initial_budgets_blocks == [6, 58]
-    assert moves(report) == [(1, 1, 0, 54, "starving"), (2, 0, 1, 48, "saturated")]
+    assert moves(report) == [(0, 1, 0, 54, "starving"), (1, 0, 1, 48, "saturated")]
     assert report.final_budgets_blocks == [12, 52]
     assert report.admitted == [(0, (i,)) for i in range(5)] + [
         (1, (i, j)) for i in (2, 3, 4) for j in (0, 1)
     ]
-    assert log.max_running == {0: 4, 1: 6}
+    assert log.max_running == {0: 5, 1: 6}
     assert_budgets_conserved(core, 64)
 
 
@@ -153,20 +155,21 @@ def test_figure_5_parallel_dfs_starves_the_second_stage() -> None:
 
 
 def test_figure_5_adaptive_gives_a_starving_stage_budget_upstream() -> None:
-    """Rebalance 1 (after (0,) was filtered): no task waits for stage 1 (0 < beta * 58/3),
-    7 notes wait for stage 0 (not starving, >= 0.5 * 6/6): stage 1 gives everything above
-    its minimum, 58 - 3 = 55 blocks, upstream. Stage 0 then runs the seven remaining notes
-    at once (7 * 6 = 42 blocks, the peak); after that both stages starve (no one to give
-    to), so nothing else moves."""
+    """Rebalance 0, at the start (Algorithm 1 rebalances in every iteration of its loop,
+    the first included): no task waits for stage 1 (0 < beta * 58/3), 8 notes wait for
+    stage 0 (not starving, >= 0.5 * 6/6): stage 1 gives everything above its minimum,
+    58 - 3 = 55 blocks, upstream. Stage 0 then runs all eight notes at once (8 * 6 = 48
+    blocks, the peak); after that both stages starve (no one to give to), so nothing else
+    moves."""
     workload = filter_join(1, kept={(2,)})
     core = make_core(workload, "adaptive")
     log = run_steps(core, workload, 8)
     report = core.report
     assert report.min_budgets_blocks == [6, 3]
-    assert report.moves == [BudgetMove(1, 1, 0, 55, "starving")]
+    assert report.moves == [BudgetMove(0, 1, 0, 55, "starving")]
     assert report.final_budgets_blocks == [61, 3]
-    assert log.max_running[0] == 7
-    assert report.peak_reserved_blocks == 42
+    assert log.max_running[0] == 8
+    assert report.peak_reserved_blocks == 48
     assert report.admitted == [(0, (i,)) for i in range(8)] + [(1, (2, 0))]
 
 
@@ -189,24 +192,24 @@ def test_figure_6_parallel_bfs_saturates_the_cache_with_upstream_work() -> None:
 
 
 def test_figure_6_adaptive_gives_a_saturated_queues_feeder_budget_to_the_last_stage() -> None:
-    """* Rebalance 1: (0,) was kept; its 6 children wait for stage 1 (< beta * 58/3:
-      starving) and 5 notes for stage 0 (not starving): 58 - 3 = 55 blocks go upstream.
-    * Launch 1 admits (0, 0) (3 blocks, stage 1's whole budget) and (1,)..(5,).
-    * Rebalance 2: the five notes completed, 30 more children wait (> alpha * 3/3): stage
-      1's queue is saturated and its feeder, stage 0, gives all it does not hold (6
-      prefixes of 4 blocks) to the last stage: 61 - 24 = 37.
-    * Rebalance 3: two notes' children are all done, their prefixes released: 8 more."""
+    """* Rebalance 0, at the start: nothing waits for stage 1 (starving) and 6 notes for
+      stage 0 (not starving): 58 - 3 = 55 blocks go upstream.
+    * Launch 0 admits the six notes (36 of stage 0's 61 blocks).
+    * Rebalance 1: the notes completed, holding 6 prefixes of 4 blocks, and their 36
+      children wait (> alpha * 3/3): stage 1's queue is saturated and its feeder, stage
+      0, gives all it does not hold to the last stage: 61 - 24 = 37.
+    * Rebalance 2: two notes' children are all done, their prefixes released: 8 more."""
     workload = filter_join(6)
     core = make_core(workload, "adaptive")
     log = run_steps(core, workload, 6)
     report = core.report
     assert moves(report) == [
-        (1, 1, 0, 55, "starving"),
-        (2, 0, 1, 37, "saturated"),
-        (3, 0, 1, 8, "saturated"),
+        (0, 1, 0, 55, "starving"),
+        (1, 0, 1, 37, "saturated"),
+        (2, 0, 1, 8, "saturated"),
     ]
     assert report.final_budgets_blocks == [16, 48]
-    assert report.admitted[:7] == [(0, (0,)), (1, (0, 0))] + [(0, (i,)) for i in range(1, 6)]
+    assert report.admitted[:7] == [(0, (i,)) for i in range(6)] + [(1, (0, 0))]
     assert log.max_running[1] == 16
     assert_budgets_conserved(core, 64)
 
@@ -216,17 +219,16 @@ def test_figure_6_three_stages_the_middle_stage_gives_to_the_last() -> None:
     pair's prefix is all in its note's prefix, which the note holds: a completed pair
     holds nothing for its triples.
 
-    * Rebalance 1: nothing waits for stage 2 (starving, 0 < 0.5 * 55/3) and 6 pairs wait
-      for stage 1 (not starving at its minimum): 55 - 3 = 52 go to stage 1. Now stage 1
-      is starving too (6 < 0.5 * 55/3) while stage 0 is not (5 notes): it passes the same
-      52 blocks on to stage 0.
-    * Launch 1 admits (0, 0) and (1,)..(5,); they complete.
-    * Rebalance 2: 35 pairs wait for stage 1 (saturated): its feeder, stage 0, gives 58 -
-      24 (6 prefixes of 4 blocks) = 34 to the last stage, which is still starving (3
-      triples < 0.5 * 37/3) and sends 37 - 3 (its minimum) = 34 back to stage 1.
-    * Launch 2: the triples of (0, 0) and 12 pairs (36 of stage 1's 37 blocks).
-    * Rebalance 3: 38 triples wait for stage 2 (saturated): its feeder - the middle stage
-      - gives what it does not hold, 37 - 3 = 34, to the last stage.
+    * Rebalance 0, at the start: nothing waits for stages 2 and 1 (both starving), 6
+      notes wait for stage 0: stage 2 gives 55 - 3 = 52 to stage 0, the nearest stage up
+      that is not starving.
+    * Launch 0 admits the six notes; they complete.
+    * Rebalance 1: 36 pairs wait for stage 1 (saturated): its feeder, stage 0, gives 58 -
+      24 (6 prefixes of 4 blocks) = 34 to the last stage, which is still starving (no
+      triples yet) and sends 37 - 3 (its minimum) = 34 to stage 1.
+    * Launch 1: 12 pairs (36 of stage 1's 37 blocks).
+    * Rebalance 2: their triples wait for stage 2 (saturated): its feeder - the middle
+      stage - gives what it does not hold, 37 - 3 = 34, to the last stage.
     """
     workload = filter_join_join(6, 3)
     core = make_core(workload, "adaptive")
@@ -234,26 +236,27 @@ def test_figure_6_three_stages_the_middle_stage_gives_to_the_last() -> None:
     report = core.report
     assert report.min_budgets_blocks == [6, 3, 3]
     assert report.initial_budgets_blocks == [6, 3, 55]
-    assert moves(report)[:5] == [
-        (1, 2, 1, 52, "starving"),
-        (1, 1, 0, 52, "starving"),
-        (2, 0, 2, 34, "saturated"),
-        (2, 2, 1, 34, "starving"),
-        (3, 1, 2, 34, "saturated"),
+    assert moves(report)[:4] == [
+        (0, 2, 0, 52, "starving"),
+        (1, 0, 2, 34, "saturated"),
+        (1, 2, 1, 34, "starving"),
+        (2, 1, 2, 34, "saturated"),
     ]
     # later: each time all triples of a note are done, its 4 prefix blocks are freed and
     # stage 0, feeding the saturated pair queue, gives them to the last stage (Rebalances
-    # 5, 6, 9, 10); twice the triple queue runs low while pairs wait, and the starving
-    # last stage lends its free budget to stage 1 and takes it back at the next Rebalance
-    assert moves(report)[5:] == [
+    # 4, 5, 8, 9, and 2 blocks at 10); twice the triple queue runs low while pairs wait,
+    # and the starving last stage lends its free budget to stage 1 and takes it back at
+    # the next Rebalance
+    assert moves(report)[4:] == [
+        (4, 0, 2, 4, "saturated"),
         (5, 0, 2, 4, "saturated"),
-        (6, 0, 2, 4, "saturated"),
-        (7, 2, 1, 42, "starving"),
-        (8, 1, 2, 42, "saturated"),
+        (6, 2, 1, 42, "starving"),
+        (7, 1, 2, 42, "saturated"),
+        (8, 0, 2, 4, "saturated"),
         (9, 0, 2, 4, "saturated"),
-        (10, 0, 2, 4, "saturated"),
-        (11, 2, 1, 50, "starving"),
-        (12, 1, 2, 50, "saturated"),
+        (10, 0, 2, 2, "saturated"),
+        (10, 2, 1, 52, "starving"),
+        (11, 1, 2, 52, "saturated"),
     ]
     # saturated queues always feed the last stage; starving stages always give upstream
     for move in report.moves:
@@ -261,7 +264,7 @@ def test_figure_6_three_stages_the_middle_stage_gives_to_the_last() -> None:
             assert move.target == 2 and move.source < 2
         else:
             assert move.reason == "starving" and move.target < move.source
-    assert report.final_budgets_blocks == [8, 3, 53]
+    assert report.final_budgets_blocks == [6, 3, 55]
     assert len([a for a in report.admitted if a[0] == 2]) == 108
     assert_budgets_conserved(core, 64)
 
@@ -279,17 +282,17 @@ def test_thresholds_are_configurable() -> None:
     """The Figure 6 workload with alpha so high that no queue is ever saturated and beta
     tiny (an empty queue still starves: 0 < beta * budget/minimum):
 
-    * Rebalance 1: 6 pairs wait for stage 1 - not starving (6 >= 0.001 * 58/3), where the
-      default beta moves its budget upstream at once.
-    * Launch 1: stage 1 runs the 6 pairs; stage 0 holds (0,)'s prefix, so (1,) does not
-      fit its budget of 6 and waits.
-    * Rebalance 2: stage 1's queue is empty (starving), 5 notes wait for stage 0: stage 1
-      gives 58 - 3 = 55 upstream, and nothing else ever moves."""
+    * Rebalance 0, at the start: stage 1's queue is empty (starving): it gives 58 - 3 = 55
+      upstream, as with the defaults.
+    * Later, 36 pairs wait for stage 1 - with the default alpha that queue is saturated
+      and its feeder gives budget back to the last stage (37, then 8 blocks); with this
+      alpha nothing else ever moves, and the join runs one pair at a time."""
     workload = filter_join(6)
     core = make_core(workload, "adaptive", alpha=1000.0, beta=0.001)
-    run_steps(core, workload, 6)
-    assert core.report.moves == [BudgetMove(2, 1, 0, 55, "starving")]
+    log = run_steps(core, workload, 6)
+    assert core.report.moves == [BudgetMove(0, 1, 0, 55, "starving")]
     assert core.report.final_budgets_blocks == [61, 3]
+    assert log.max_running == {0: 6, 1: 1}
 
 
 # --------------------------------------------------------------------------- liveness
@@ -356,9 +359,12 @@ def test_an_idle_stage_does_not_take_a_deeper_stages_room_for_its_prefixes() -> 
     0's triples need 4 blocks), budgets [6, 3, 7]. A pair's prefix is all in its note's:
     completed pairs hold nothing.
 
-    * Launch 0: stage 0 runs (0,) (its whole budget); it completes holding 3 prefix
-      blocks. Rebalance 1: stage 2 starves, stage 1 (2 pairs waiting) does not: 7 - 4 = 3
-      go to stage 1.
+    * Rebalance 0, at the start: stages 2 and 1 starve, stage 0 does not: stage 2 gives
+      7 - 4 = 3 to stage 0 (budget 9).
+    * Launch 0: stage 0 runs (0,) (6 blocks; (1,) needs 6 more and waits); it completes
+      holding 3 prefix blocks. Rebalance 1: 2 pairs wait (saturated, > 3/3): stage 0
+      gives the 3 blocks above its minimum to stage 2, which starves and passes them to
+      stage 1 (2 pairs waiting: not starving).
     * Launch 1: stage 1 runs (0, 0) and (0, 1) (its 6 blocks). Stage 0 runs nothing but
       holds (0,)'s prefix, so it is not idle: (1,) (6 blocks, 3 free) waits.
     * Rebalance 2: 2 triples wait (saturated, > 4/4): stage 1 gives its 3 back to stage 2.
@@ -387,6 +393,8 @@ def test_an_idle_stage_does_not_take_a_deeper_stages_room_for_its_prefixes() -> 
     assert report.min_budgets_blocks == [6, 3, 4]
     assert report.initial_budgets_blocks == report.final_budgets_blocks == [6, 3, 7]
     assert moves(report) == [
+        (0, 2, 0, 3, "starving"),
+        (1, 0, 2, 3, "saturated"),
         (1, 2, 1, 3, "starving"),
         (2, 1, 2, 3, "saturated"),
         (4, 2, 0, 3, "starving"),

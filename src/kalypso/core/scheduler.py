@@ -189,6 +189,11 @@ class SchedulerCore:
             task = self._new_task(program.stage_index, program, None)
             self.waiting[task.stage].append(task)
         logger.debug("%s: budgets %s, minimums %s", self.owner, budgets, minimums)
+        # Algorithm 1 rebalances in every iteration of its loop, the first included: the
+        # stages below the first have nothing to run yet (starving), so an adaptive
+        # policy lends their free budget upstream before any call completes
+        if self.policy.memory_aware:
+            self.policy.rebalance(self._rebalance_view())
 
     @property
     def has_work(self) -> bool:

@@ -1,7 +1,10 @@
 """``adaptive`` (alias ``pipelined``): Algorithm 1 of the Kalypso paper.
 
-Every stage but the last starts with its minimum budget, the last gets the rest. After
-each batch of completions, with ``tasks(s) = budget(s) / minBudget(s)``, stage ``s`` is
+Every stage but the last starts with its minimum budget, the last gets the rest.
+Rebalance runs once before anything is admitted (Algorithm 1 rebalances in every
+iteration of its loop, the first included: the stages below the first have nothing to
+run yet, so they lend their free budget upstream) and after each batch of completions,
+with ``tasks(s) = budget(s) / minBudget(s)``, stage ``s`` is
 *saturated* when more than ``alpha * tasks(s)`` tasks wait for it and *starving* when
 fewer than ``beta * tasks(s)`` do:
 
