@@ -105,12 +105,11 @@ def _positive_count(modifier: str, prefix: str) -> int | None:
 def system_options(system: str) -> dict[str, Any]:
     """``arun`` options for a system name: a policy, optionally with modifiers -
     ``+explicit`` (explicit pinning), ``+fixed`` (each operator's own first bound, no
-    estimator), ``+fixed:N`` (every generative operator starts at N output tokens) and
+    estimator), ``+fixed:N`` (every generative operator starts at N output tokens),
     ``+nocap`` (tasks sized at the estimate even when their caps fit: the sizing before
-    "reserve the cap when it fits") and ``+inflight:N`` (at most N calls in flight, e.g.
-    ``operator-at-a-time+inflight:64``; plain operator-at-a-time keeps the engine's
-    ``max_num_seqs`` in flight), e.g.
-    ``adaptive+explicit`` or ``adaptive+fixed:8``."""
+    "reserve the cap when it fits") and ``+inflight:N`` (at most N calls in flight; plain
+    operator-at-a-time keeps the engine's ``max_num_seqs`` in flight), e.g.
+    ``adaptive+explicit``, ``adaptive+fixed:8`` or ``operator-at-a-time+inflight:64``."""
     policy, *modifiers = system.split("+")
     options: dict[str, Any] = {"policy": policy}
     for modifier in modifiers:

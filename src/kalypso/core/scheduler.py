@@ -192,8 +192,7 @@ class SchedulerCore:
         # Algorithm 1 rebalances in every iteration of its loop, the first included: the
         # stages below the first have nothing to run yet (starving), so an adaptive
         # policy lends their free budget upstream before any call completes
-        if self.policy.memory_aware:
-            self.policy.rebalance(self._rebalance_view())
+        self._rebalance()
 
     @property
     def has_work(self) -> bool:
@@ -354,8 +353,7 @@ class SchedulerCore:
             else:
                 self._complete(task)
         self._iteration += 1
-        if self.policy.memory_aware:
-            self.policy.rebalance(self._rebalance_view())
+        self._rebalance()
 
     def _continue_later(self, task: Task, grow: Grow) -> None:
         assert self.memory is not None
@@ -418,6 +416,11 @@ class SchedulerCore:
             return None
         task = self._by_program.get(id(parent))
         return task.memory if task is not None else None
+
+    def _rebalance(self) -> None:
+        """Rebalance (memory-aware policies only: the others reserve nothing)."""
+        if self.policy.memory_aware:
+            self.policy.rebalance(self._rebalance_view())
 
     def _rebalance_view(self) -> RebalanceView:
         assert self.memory is not None

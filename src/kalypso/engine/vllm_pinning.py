@@ -61,7 +61,8 @@ when its blocks are released), ``Scheduler.update_from_output`` (returns
 only while it is true), ``Scheduler.reset_prefix_cache``, ``Scheduler.kv_cache_manager``
 (``get_blocks(request_id).blocks``, ``block_pool.touch`` and ``block_pool.free_blocks``),
 ``Request.sampling_params.extra_args``, ``Request.status``, ``Request.client_index``,
-``KVCacheBlock.block_hash`` / ``is_null``, ``EngineCoreOutput`` and ``FinishReason``.
+``KVCacheBlock.block_hash`` / ``is_null``, ``EngineCoreOutput`` (with its ``events``),
+``EngineCoreEvent`` / ``EngineCoreEventType`` and ``FinishReason``.
 
 Importing this module does not import vLLM (the HTTP engine only needs the constants):
 :class:`PinningScheduler` is built on first access, through the module's ``__getattr__``,
