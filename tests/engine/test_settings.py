@@ -181,3 +181,10 @@ def test_servers_are_named_after_their_model() -> None:
     assert default_served_name("bundled") == SERVED_MODEL_NAME
     assert default_served_name("/cache/models/gemma3-270m/") == "kalypso-gemma3-270m"
     assert default_served_name("google/gemma-3-270m") == "kalypso-gemma-3-270m"
+
+
+def test_settings_refuse_no_running_requests() -> None:
+    """``max_num_seqs`` also becomes the HTTP engine's width (operator-at-a-time's pace):
+    0 is refused here, before a server is started, not by vLLM after it."""
+    with pytest.raises(ValueError, match="max_num_seqs must be >= 1, got 0"):
+        VLLMSettings(max_num_seqs=0)

@@ -97,6 +97,8 @@ class VLLMSettings:
     def __post_init__(self) -> None:
         if not self.default_timeout_s > 0:
             raise ValueError(f"default_timeout_s must be > 0, got {self.default_timeout_s}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
 
     @property
     def effective_dtype(self) -> str:
