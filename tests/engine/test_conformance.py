@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 
 from kalypso.engine.protocol import (
+    Engine,
     EngineStats,
     GenerateRequest,
     PromptTooLongError,
@@ -143,20 +145,37 @@ async def test_lru_evicts_first_prefix_after_overflow(any_engine: EngineUnderTes
     assert probe.cached_tokens == 0
 
 
+async def _poll_until(
+    engine_stats_ok: Callable[[EngineStats], bool], engine: Engine, gave_up: Callable[[], bool]
+) -> None:
+    """Poll ``engine.stats()`` until ``engine_stats_ok`` holds or ``gave_up()`` does.
+
+    The simulator runs on a virtual clock: any wall-clock sleep lets it run ahead, so the
+    first polls are bare yields; real engines need real time."""
+    for poll in range(3000):
+        if engine_stats_ok(await engine.stats()) or gave_up():
+            return
+        await asyncio.sleep(0 if poll < 50 else 0.01)
+
+
 async def test_priorities_order_admission_when_saturated(any_engine: EngineUnderTest) -> None:
     """``max_num_seqs=1``: while a long request runs, later requests wait; they are admitted
-    lowest priority number first, ties in arrival order."""
+    lowest priority number first, ties in arrival order.
+
+    No step depends on the machine's speed: the blocker asks for as many tokens as the
+    context holds, the six requests are sent only once it runs, and it is cancelled only
+    once the engine reports all six waiting."""
     engine = any_engine.engine
+    prompt_tokens = 64
     blocker = GenerateRequest(
-        "blocker", tuple(_tokens(any_engine, 20, 64)), max_tokens=48, ignore_eos=True, priority=-1
+        "blocker",
+        tuple(_tokens(any_engine, 20, prompt_tokens)),
+        max_tokens=engine.capacity.max_model_len_tokens - prompt_tokens - 8,
+        ignore_eos=True,
+        priority=-1,
     )
     blocker_task = asyncio.ensure_future(engine.generate(blocker))
-    for poll in range(1000):
-        if (await engine.stats()).running_requests >= 1 or blocker_task.done():
-            break
-        # the simulator runs on a virtual clock: any wall-clock sleep lets it finish the
-        # blocker, so poll with bare yields first; real engines need real time to start it
-        await asyncio.sleep(0 if poll < 50 else 0.01)
+    await _poll_until(lambda s: s.running_requests >= 1, engine, blocker_task.done)
     assert not blocker_task.done(), "the blocker finished before the others were submitted"
     priorities = [3, 1, 4, 0, 2, 1]
     finished: list[str] = []
@@ -172,7 +191,13 @@ async def test_priorities_order_admission_when_saturated(any_engine: EngineUnder
         await engine.generate(request)
         finished.append(request.request_id)
 
-    await asyncio.gather(*(run(i, p) for i, p in enumerate(priorities)), blocker_task)
+    waiting = asyncio.gather(*(run(i, p) for i, p in enumerate(priorities)))
+    await _poll_until(lambda s: s.waiting_requests == len(priorities), engine, blocker_task.done)
+    assert not blocker_task.done(), "the blocker finished before the others were queued"
+    blocker_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await blocker_task
+    await waiting
     assert finished == ["p0-3", "p1-1", "p1-5", "p2-4", "p3-0", "p4-2"]
 
 

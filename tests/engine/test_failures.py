@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from kalypso.cli import main as cli_main
-from kalypso.engine.protocol import EngineError, GenerateRequest
+from kalypso.engine.protocol import Engine, EngineError, GenerateRequest, GenerateResult
 from kalypso.models import MARKER_FILENAME, ModelNotReadyError, resolve_model
 from tests.conftest import conformance_vllm_settings
 
@@ -61,8 +61,23 @@ async def test_unreachable_server_names_the_url() -> None:
         await HTTPVLLMEngine.connect(url)
 
 
-def _long_request(request_id: str) -> GenerateRequest:
-    return GenerateRequest(request_id, tuple(range(100, 400)), max_tokens=400, ignore_eos=True)
+def _long_request(request_id: str, engine: Engine) -> GenerateRequest:
+    """A request that decodes as many tokens as the context holds (tens of seconds on CPU)."""
+    prompt = tuple(range(100, 400))
+    max_tokens = engine.capacity.max_model_len_tokens - len(prompt) - 8
+    return GenerateRequest(request_id, prompt, max_tokens=max_tokens, ignore_eos=True)
+
+
+async def _start_long_request(engine: Engine) -> asyncio.Future[GenerateResult]:
+    """Send the doomed request and return once the engine reports it running: the kill
+    that follows then lands mid-request on any machine, however fast or loaded."""
+    in_flight = asyncio.ensure_future(engine.generate(_long_request("doomed", engine)))
+    for _ in range(6000):  # bounded: at most about 60 s
+        if (await engine.stats()).running_requests >= 1 or in_flight.done():
+            break
+        await asyncio.sleep(0.01)
+    assert not in_flight.done(), "the long request finished before the engine was killed"
+    return in_flight
 
 
 @pytest.mark.vllm
@@ -75,8 +90,7 @@ async def test_server_wrong_model_and_death_reach_the_caller() -> None:
         with pytest.raises(EngineError, match=r"does not serve model 'other'.*kalypso-smollm2"):
             await HTTPVLLMEngine.connect(server.base_url, "other")
         engine = await HTTPVLLMEngine.connect(server.base_url)
-        in_flight = asyncio.ensure_future(engine.generate(_long_request("doomed")))
-        await asyncio.sleep(1.0)
+        in_flight = await _start_long_request(engine)
         os.killpg(server.pid, signal.SIGKILL)
         with pytest.raises(EngineError, match="doomed"):
             await in_flight
@@ -100,15 +114,14 @@ async def test_local_engine_core_death_reaches_the_caller() -> None:
     children_before = {p.pid for p in psutil.Process().children(recursive=True)}
     engine = await LocalVLLMEngine.start(conformance_vllm_settings())
     try:
-        in_flight = asyncio.ensure_future(engine.generate(_long_request("doomed")))
-        await asyncio.sleep(1.0)
+        in_flight = await _start_long_request(engine)
         for child in psutil.Process().children(recursive=True):
             if child.pid not in children_before:
                 child.kill()
         with pytest.raises(EngineError, match="doomed"):
             await asyncio.wait_for(in_flight, timeout=120)
         with pytest.raises(EngineError):
-            await engine.generate(_long_request("after"))
+            await engine.generate(_long_request("after", engine))
     finally:
         await engine.close()
     # bounded wait, not a timing assertion: a loaded host may take a while to reap them

@@ -307,9 +307,11 @@ async def test_running_request_that_times_out_frees_its_blocks_and_pins_nothing(
     as on the simulator, does not pin a request its caller saw fail."""
     engine = clean
     prompt = tuple(_tokens(engine, 200, 64))
-    # 1,500 tokens take CPU vLLM tens of seconds; the timeout cuts it after its first ones
+    # as many tokens as the context holds take CPU vLLM tens of seconds; the timeout cuts it
+    # after its first ones
+    max_tokens = engine.capacity.max_model_len_tokens - len(prompt) - 8
     request = GenerateRequest(
-        "long", prompt, 1500, ignore_eos=True, timeout_s=3.0, pin_key="timed-out"
+        "long", prompt, max_tokens, ignore_eos=True, timeout_s=3.0, pin_key="timed-out"
     )
     with pytest.raises(EngineTimeoutError, match="'long'"):
         await engine.generate(request)
