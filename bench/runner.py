@@ -246,7 +246,7 @@ async def run_systems(
                 near_ties=len(result.near_ties),
                 model=model,
                 requests=result.requests,
-                output_tokens=sum(s.output_tokens for s in result.operator_stats),
+                output_tokens=result.output_tokens,
                 prefill_time_s=prefill_s,
                 decode_time_s=decode_s,
                 preemptions=preemptions,

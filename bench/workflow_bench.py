@@ -83,6 +83,8 @@ class WorkflowRecord:
     cached_tokens: int
     prefill_tokens: int
     min_prefill_tokens: int
+    output_tokens: int
+    """Tokens generated (0 for LangGraph, whose runner does not count them)."""
     hit_rate: float
     result_cache_hits: int
     merged_calls: int
@@ -211,6 +213,7 @@ async def bench_engine(
                     cached_tokens=result.cached_tokens,
                     prefill_tokens=result.prefill_tokens,
                     min_prefill_tokens=result.min_prefill_tokens,
+                    output_tokens=result.output_tokens,
                     hit_rate=round(result.hit_rate, 4),
                     result_cache_hits=result.cache.hits if result.cache else 0,
                     merged_calls=len(result.rewrites.merged),
@@ -265,6 +268,7 @@ def external_record(
         cached_tokens=cached,
         prefill_tokens=prompt - cached,
         min_prefill_tokens=0,
+        output_tokens=0,
         hit_rate=round(cached / max(1, prompt), 4),
         result_cache_hits=0,
         merged_calls=0,
@@ -286,6 +290,7 @@ def engine_spec(args: argparse.Namespace, *, lspf: bool) -> EngineSpec:
             sim_blocks=profile_blocks,
             sim_block_size_tokens=args.block_size,
             sim_max_num_seqs=args.max_num_seqs,
+            sim_output_tokens=args.sim_output_tokens,
             lspf=lspf,
         )
     settings = VLLMSettings(
@@ -313,7 +318,18 @@ async def main_async(args: argparse.Namespace) -> list[WorkflowRecord]:
     return records
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _token_range(text: str) -> tuple[int, int]:
+    """``"FEWEST,MOST"`` as two positive integers, fewest first."""
+    try:
+        fewest, most = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FEWEST,MOST, got {text!r}") from None
+    if not 1 <= fewest <= most:
+        raise argparse.ArgumentTypeError(f"expected 1 <= FEWEST <= MOST, got {text!r}")
+    return fewest, most
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", choices=("vllm", "http", "sim"), default="vllm")
     parser.add_argument("--scale", choices=("small", "paper"), default="small")
@@ -331,8 +347,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--sim-profile", default="qwen3-8b-h100")
     parser.add_argument("--sim-kv-tokens", type=int, default=None)
+    parser.add_argument(
+        "--sim-output-tokens",
+        type=_token_range,
+        default=None,
+        help="FEWEST,MOST tokens of the simulator's answers before max_tokens cuts them"
+        " (default 8,48); a real run's output_tokens per call calibrates it",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/workflows.json"))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     records = asyncio.run(main_async(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps([asdict(r) for r in records], indent=1) + "\n")

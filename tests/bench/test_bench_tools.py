@@ -253,15 +253,23 @@ def test_scorers_give_a_perfect_output_full_marks_and_nothing_none(name: str) ->
 def test_workflow_bench_gives_the_simulator_the_real_runs_width() -> None:
     """The workflow bench's simulator runs as many requests at once as its vLLM runs (16 by
     default), not the simulator's own default of 256."""
-    from argparse import Namespace
+    from bench.workflow_bench import build_parser, engine_spec
 
-    from bench.workflow_bench import engine_spec
-
-    args = Namespace(
-        engine="sim", sim_profile="smollm2-cpu-f32", sim_kv_tokens=1408, block_size=32,
-        max_num_seqs=16, kv_cache_bytes=2**20, deterministic=True,
-    )  # fmt: skip
+    args = build_parser().parse_args(
+        ["--engine", "sim", "--sim-profile", "smollm2-cpu-f32", "--sim-kv-tokens", "1408"]
+    )
     sim = engine_spec(args, lspf=False)
-    assert (sim.sim_blocks, sim.sim_max_num_seqs) == (44, 16)
+    assert (sim.sim_blocks, sim.sim_max_num_seqs, sim.sim_output_tokens) == (44, 16, None)
     args.engine = "http"
     assert engine_spec(args, lspf=True).settings.max_num_seqs == 16
+
+
+def test_workflow_bench_sets_the_simulators_answer_lengths() -> None:
+    from bench.workflow_bench import build_parser, engine_spec
+
+    parser = build_parser()
+    args = parser.parse_args(["--engine", "sim", "--sim-output-tokens", "6,30"])
+    assert engine_spec(args, lspf=False).sim_output_tokens == (6, 30)
+    for bad in ("30,6", "0,4", "6", "a,b"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--engine", "sim", "--sim-output-tokens", bad])

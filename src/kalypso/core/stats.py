@@ -104,6 +104,11 @@ class RunTotals:
         return self.prompt_tokens - self.cached_tokens
 
     @property
+    def output_tokens(self) -> int:
+        """Tokens the engine generated, continuations included."""
+        return sum(s.output_tokens for s in self.operator_stats)
+
+    @property
     def min_prefill_tokens(self) -> int:
         """Prefill the run's prompts need at the least: every distinct full-block prefix
         computed once (an unbounded prefix cache, :mod:`kalypso.core.ideal_cache`)."""

@@ -34,6 +34,9 @@ class EngineSpec:
         sim_profile: the simulator's cost profile; ``sim_blocks`` and
             ``sim_block_size_tokens`` override its capacity, ``sim_max_num_seqs`` its
             most requests running at once (the simulator's default, 256).
+        sim_output_tokens: ``(fewest, most)`` tokens of the simulator's free-form answers
+            (before ``max_tokens`` cuts them); default: :class:`SimOutputModel`'s, 8 to 48.
+            Set it from a real run's tokens per call to simulate that run's outputs.
         pinning: start vLLM with the pinning scheduler (explicit pinning).
         lspf: engines take waiting requests longest cached prefix first (vLLM's
             :mod:`~kalypso.engine.vllm_lspf` scheduler class; the simulator's
@@ -47,6 +50,7 @@ class EngineSpec:
     sim_blocks: int | None = None
     sim_block_size_tokens: int | None = None
     sim_max_num_seqs: int = 256
+    sim_output_tokens: tuple[int, int] | None = None
     pinning: bool = False
     lspf: bool = False
 
@@ -57,6 +61,13 @@ class EngineSpec:
             raise ValueError("explicit pinning and LSPF use different vLLM scheduler classes")
         if self.sim_max_num_seqs < 1:
             raise ValueError(f"sim_max_num_seqs must be >= 1, got {self.sim_max_num_seqs}")
+        if self.sim_output_tokens is not None:
+            fewest, most = self.sim_output_tokens
+            if not 1 <= fewest <= most:
+                raise ValueError(
+                    f"sim_output_tokens must be (fewest, most) with 1 <= fewest <= most,"
+                    f" got {self.sim_output_tokens}"
+                )
 
 
 class ServerOwningEngine:
@@ -96,9 +107,15 @@ async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engi
         settings = VLLMSettings(**{**settings.__dict__, "scheduler_cls": LSPF_SCHEDULER_CLS})
     if spec.kind == "sim":
         from kalypso.engine.sim import SimEngine
+        from kalypso.engine.sim.outputs import SimOutputModel
 
+        outputs = None
+        if spec.sim_output_tokens is not None:
+            fewest, most = spec.sim_output_tokens
+            outputs = SimOutputModel(min_output_tokens=fewest, max_output_tokens=most)
         return SimEngine(
             spec.sim_profile,
+            outputs=outputs,
             num_blocks=spec.sim_blocks,
             block_size_tokens=spec.sim_block_size_tokens,
             waiting_order="lspf" if spec.lspf else "priority",
