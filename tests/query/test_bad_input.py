@@ -734,6 +734,10 @@ def test_bad_table_name(name: Any) -> None:
         ({"policy": "adaptive:2"}, "takes no argument"),
         ({"pinning": "pinned"}, "pinning must be 'virtual' or 'explicit'"),
         ({"pinning": None}, "pinning must be 'virtual' or 'explicit'"),
+        (
+            {"policy": "operator-at-a-time", "pinning": "explicit"},
+            "pinning='explicit' needs a policy that reserves KV memory; 'operator-at-a-time'",
+        ),
         ({"max_tasks_in_flight": 0}, "max_tasks_in_flight must be an integer >= 1, got 0"),
         ({"max_tasks_in_flight": 2.5}, "max_tasks_in_flight must be an integer >= 1"),
         ({"max_tasks_in_flight": True}, "max_tasks_in_flight must be an integer >= 1"),
@@ -783,6 +787,9 @@ async def test_bad_run_options(
 def test_bad_run_options_are_refused_by_run_options_themselves() -> None:
     with pytest.raises(PlanError, match="pinning must be"):
         RunOptions(pinning="always")
+    # the workflow baselines reserve nothing either
+    with pytest.raises(PlanError, match="'all-ready' reserves none"):
+        RunOptions(policy="all-ready", pinning="explicit")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 import kalypso
+from kalypso.core.scheduler import TaskOutcome
 from kalypso.engine.sim import SimEngine, SimOutputModel
+from tests.core.fakes import JOIN_AND_NOTE, FakeProgram, Workload, make_core
 
 VOCAB = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
 VOCAB += ["eta", "theta", "iota", "kappa", "lambda", "mu"]
@@ -91,3 +93,33 @@ async def test_explicit_pinning_needs_an_engine_that_supports_it() -> None:
         assert (await sim.stats()).prefix_cache_queries_tokens == 0
     finally:
         await sim.close()
+
+
+def test_calls_in_flight_when_pinning_stops_release_their_pins_when_they_return() -> None:
+    """Deadlock recovery unpins everything, but the calls already in the engine carry
+    their task's pin key, and the engine pins their blocks when they finish. Their keys
+    are released as they come back (before the fix they stayed pinned until the parents
+    were done, and a run that submits many calls at once pinned the cache full again with
+    the deadlock check already off); no call admitted later carries a key."""
+    workload = Workload(list(JOIN_AND_NOTE), fanouts=[3])
+    core = make_core(workload, "adaptive", explicit_pinning=True)
+    core.start([FakeProgram(workload, 0, (i,)) for i in range(12)])
+    core.schedule()
+    in_flight = list(core.running.values())
+    keys = sorted(t.pin_key for t in in_flight if t.pin_key is not None)
+    assert in_flight and len(keys) == len(in_flight)  # first-stage tasks all pin
+    assert any(core.waiting[0])  # more first-stage tasks wait
+
+    core.stop_pinning()
+    assert core.pins_in_flight
+    core.update_from_output([TaskOutcome(t) for t in in_flight])
+    out = core.schedule()
+    assert sorted(out.unpin) == keys
+    assert not core.pins_in_flight
+    assert out.admitted and all(t.pin_key is None for t in out.admitted)
+    while core.has_work:  # to the end: nothing is unpinned twice, nothing pins again
+        core.update_from_output([TaskOutcome(t) for t in core.running.values()])
+        out = core.schedule()
+        assert out.unpin == [] and all(t.pin_key is None for t in out.admitted)
+    assert core.report.deadlocks == 1
+    assert core.ledger.held_by("q") == 0

@@ -77,7 +77,6 @@ def test_what_each_name_means() -> None:
     assert baseline.operator_at_a_time
     assert not baseline.memory_aware and not baseline.bounded_outputs
     assert baseline.priority(0, 3) == baseline.priority(2, 3) == 0
-    assert not baseline.pins(0, 3, explicit_pinning=True)
     # names are kept as given (reports show them)
     assert get_policy("static:0.3").name == "static:0.3"
     assert get_policy("pipelined").name == "pipelined"

@@ -40,7 +40,9 @@ class RunOptions:
             :mod:`kalypso.core.policies`) or a :class:`~kalypso.core.policies.Policy`.
         pinning: ``"virtual"`` (admission control alone keeps prefixes cached under LRU)
             or ``"explicit"`` (the engine pins each parent's blocks until its children are
-            done; needs an engine with ``supports_pinning``).
+            done; needs an engine with ``supports_pinning`` and a memory-aware policy:
+            one that reserves nothing, such as ``operator-at-a-time`` or ``all-ready``,
+            is refused).
         max_tasks_in_flight: optional cap on tasks running at once.
         max_continuations: a call stopped at its output bound is continued with its bound
             doubled, and continuation number ``max_continuations`` (or the first, with 0
@@ -83,11 +85,16 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         try:
-            get_policy(self.policy)
+            policy = get_policy(self.policy)
         except PolicyError as exc:
             raise PlanError(str(exc)) from None
         if self.pinning not in ("virtual", "explicit"):
             raise PlanError(f"pinning must be 'virtual' or 'explicit', got {self.pinning!r}")
+        if self.pinning == "explicit" and not policy.memory_aware:
+            raise PlanError(
+                f"pinning='explicit' needs a policy that reserves KV memory; {policy.name!r}"
+                " reserves none, so its pins would fill the cache (use pinning='virtual')"
+            )
         _check_int("max_tasks_in_flight", self.max_tasks_in_flight, 1, optional=True)
         _check_int("max_continuations", self.max_continuations, 0)
         _check_int("fixed_bound_tokens", self.fixed_bound_tokens, 1, optional=True)

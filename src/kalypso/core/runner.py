@@ -240,7 +240,8 @@ class PipelineRunner:
 
     async def _next_outcomes(self, done: asyncio.Queue[TaskOutcome]) -> list[TaskOutcome]:
         """Wait for the next finished task, and take every other finished one with it."""
-        timeout = self.state.options.deadlock_check_s if self.core.pinning else None
+        pins_possible = self.core.pinning or self.core.pins_in_flight
+        timeout = self.state.options.deadlock_check_s if pins_possible else None
         try:
             async with asyncio.timeout(timeout):
                 first = await done.get()

@@ -167,6 +167,10 @@ class SchedulerCore:
         self._by_program: dict[int, Task] = {}
         """The same, by the id of their program (children name their prefix parent's)."""
         self._to_unpin: list[str] = []
+        self._pins_in_flight: dict[int, str] = {}
+        """After a deadlock stopped pinning: the pin keys of calls that were already in the
+        engine (by task id). The engine pins their blocks when they finish, so each key is
+        released again when its task comes back."""
         self._row_ordered: set[int] = set()
         """Stages whose queue was put in input-row order (behind a barrier, see
         :meth:`_launch_order`)."""
@@ -347,6 +351,9 @@ class SchedulerCore:
         for outcome in sorted(outcomes, key=lambda o: o.task.task_id):
             task = outcome.task
             del self.running[task.task_id]
+            stale_pin = self._pins_in_flight.pop(task.task_id, None)
+            if stale_pin is not None:
+                self._to_unpin.append(stale_pin)
             self.running_per_stage[task.stage] -= 1
             if outcome.grow is not None:
                 self._continue_later(task, outcome.grow)
@@ -449,17 +456,33 @@ class SchedulerCore:
         released = self.memory.release_all() if self.memory is not None else 0
         released += self.ledger.release_owner(self.owner)
         keys = [t.pin_key for t in self._owners.values() if t.pin_key is not None]
-        keys += self._to_unpin
+        keys += self._to_unpin + list(self._pins_in_flight.values())
         self._owners.clear()
         self._to_unpin = []
+        self._pins_in_flight.clear()
         if released:
             logger.info("%s: released %d KV blocks after a failure", self.owner, released)
         return keys
 
     def stop_pinning(self) -> None:
-        """Deadlock recovery: pin nothing more (the caller unpins everything)."""
+        """Deadlock recovery: pin nothing more (the caller unpins everything).
+
+        No task pins again: calls not yet sent carry no pin key. The calls already in the
+        engine still carry theirs, and the engine pins their blocks when they finish;
+        each of those keys is released again when its task comes back (else a baseline
+        that submits every ready call would pin the cache full again at once, with no
+        one left to unpin it)."""
         self.report.deadlocks += 1
         self.pinning = False
+        for task in self._owners.values():
+            if task.pin_key is not None and task.task_id in self.running:
+                self._pins_in_flight[task.task_id] = task.pin_key
+            task.pin_key = None
+
+    @property
+    def pins_in_flight(self) -> bool:
+        """Calls in the engine may still pin blocks (see :meth:`stop_pinning`)."""
+        return bool(self._pins_in_flight)
 
     def finish(self) -> list[Instance]:
         """The outputs ordered by instance key, with the final report figures."""

@@ -28,9 +28,6 @@ class OperatorAtATime(Policy):
     def priority(self, stage: int, num_stages: int) -> int:
         return 0
 
-    def pins(self, stage: int, num_stages: int, explicit_pinning: bool) -> bool:
-        return False
-
 
 def _factory(argument: str | None) -> Policy:
     no_argument("operator-at-a-time", argument)
