@@ -469,9 +469,9 @@ class SchedulerCore:
 
         No task pins again: calls not yet sent carry no pin key. The calls already in the
         engine still carry theirs, and the engine pins their blocks when they finish;
-        each of those keys is released again when its task comes back (else a baseline
-        that submits every ready call would pin the cache full again at once, with no
-        one left to unpin it)."""
+        each of those keys is released again when its task comes back (else the calls in
+        flight would pin the cache full again, and nothing would unpin them until their
+        parents were done)."""
         self.report.deadlocks += 1
         self.pinning = False
         for task in self._owners.values():
