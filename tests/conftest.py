@@ -4,12 +4,14 @@ order are easy to provoke). The ``any_engine`` fixture is in ``tests/engine/conf
 
 from __future__ import annotations
 
+import asyncio
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
-from kalypso.engine.protocol import Engine
+from kalypso.engine.protocol import Engine, EngineStats
 from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
 from kalypso.models import resolve_model
 
@@ -36,6 +38,23 @@ def deterministic_vllm_settings(kv_blocks: int, max_num_seqs: int) -> VLLMSettin
 
 def conformance_vllm_settings() -> VLLMSettings:
     return deterministic_vllm_settings(CONFORMANCE_KV_BLOCKS, max_num_seqs=1)
+
+
+async def poll_stats_until(
+    engine_stats_ok: Callable[[EngineStats], bool],
+    engine: Engine,
+    gave_up: Callable[[], bool],
+    max_polls: int = 3000,
+) -> None:
+    """Poll ``engine.stats()`` until ``engine_stats_ok`` holds or ``gave_up()`` does, at
+    most ``max_polls`` times (about ``max_polls / 100`` seconds).
+
+    The simulator runs on a virtual clock: any wall-clock sleep lets it run ahead, so the
+    first polls are bare yields; real engines need real time."""
+    for poll in range(max_polls):
+        if engine_stats_ok(await engine.stats()) or gave_up():
+            return
+        await asyncio.sleep(0 if poll < 50 else 0.01)
 
 
 def _interrupt_on_sigterm(signum: int, frame: object) -> None:

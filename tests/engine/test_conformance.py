@@ -6,17 +6,15 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Callable
 
 import pytest
 
 from kalypso.engine.protocol import (
-    Engine,
     EngineStats,
     GenerateRequest,
     PromptTooLongError,
 )
-from tests.conftest import EngineUnderTest
+from tests.conftest import EngineUnderTest, poll_stats_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -145,19 +143,6 @@ async def test_lru_evicts_first_prefix_after_overflow(any_engine: EngineUnderTes
     assert probe.cached_tokens == 0
 
 
-async def _poll_until(
-    engine_stats_ok: Callable[[EngineStats], bool], engine: Engine, gave_up: Callable[[], bool]
-) -> None:
-    """Poll ``engine.stats()`` until ``engine_stats_ok`` holds or ``gave_up()`` does.
-
-    The simulator runs on a virtual clock: any wall-clock sleep lets it run ahead, so the
-    first polls are bare yields; real engines need real time."""
-    for poll in range(3000):
-        if engine_stats_ok(await engine.stats()) or gave_up():
-            return
-        await asyncio.sleep(0 if poll < 50 else 0.01)
-
-
 async def test_priorities_order_admission_when_saturated(any_engine: EngineUnderTest) -> None:
     """``max_num_seqs=1``: while a long request runs, later requests wait; they are admitted
     lowest priority number first, ties in arrival order.
@@ -175,7 +160,7 @@ async def test_priorities_order_admission_when_saturated(any_engine: EngineUnder
         priority=-1,
     )
     blocker_task = asyncio.ensure_future(engine.generate(blocker))
-    await _poll_until(lambda s: s.running_requests >= 1, engine, blocker_task.done)
+    await poll_stats_until(lambda s: s.running_requests >= 1, engine, blocker_task.done)
     assert not blocker_task.done(), "the blocker finished before the others were submitted"
     priorities = [3, 1, 4, 0, 2, 1]
     finished: list[str] = []
@@ -192,7 +177,9 @@ async def test_priorities_order_admission_when_saturated(any_engine: EngineUnder
         finished.append(request.request_id)
 
     waiting = asyncio.gather(*(run(i, p) for i, p in enumerate(priorities)))
-    await _poll_until(lambda s: s.waiting_requests == len(priorities), engine, blocker_task.done)
+    await poll_stats_until(
+        lambda s: s.waiting_requests == len(priorities), engine, blocker_task.done
+    )
     assert not blocker_task.done(), "the blocker finished before the others were queued"
     blocker_task.cancel()
     with pytest.raises(asyncio.CancelledError):

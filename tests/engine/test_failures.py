@@ -13,7 +13,7 @@ import pytest
 from kalypso.cli import main as cli_main
 from kalypso.engine.protocol import Engine, EngineError, GenerateRequest, GenerateResult
 from kalypso.models import MARKER_FILENAME, ModelNotReadyError, resolve_model
-from tests.conftest import conformance_vllm_settings
+from tests.conftest import conformance_vllm_settings, poll_stats_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -72,10 +72,9 @@ async def _start_long_request(engine: Engine) -> asyncio.Future[GenerateResult]:
     """Send the doomed request and return once the engine reports it running: the kill
     that follows then lands mid-request on any machine, however fast or loaded."""
     in_flight = asyncio.ensure_future(engine.generate(_long_request("doomed", engine)))
-    for _ in range(6000):  # bounded: at most about 60 s
-        if (await engine.stats()).running_requests >= 1 or in_flight.done():
-            break
-        await asyncio.sleep(0.01)
+    await poll_stats_until(
+        lambda s: s.running_requests >= 1, engine, in_flight.done, max_polls=6000
+    )
     assert not in_flight.done(), "the long request finished before the engine was killed"
     return in_flight
 
