@@ -16,6 +16,8 @@ Systems (``--systems``):
 ``all-ready``                 every ready call at once (LangGraph's discipline; Random)
 ``lspf``                      all ready calls, the engine longest-cached-prefix first
 ``no-cse`` ... ``no-warm``    ``kalypso`` without one part (the paper's Table 3 ablation)
+``kalypso-pinned``            ``kalypso`` with explicit pins (vLLM's pinning scheduler
+                              class, a server of its own): held conversations stay cached
 ``langgraph``                 the real LangGraph library in its own venv, same server
 ============================  ===========================================================
 
@@ -61,7 +63,11 @@ SYSTEMS: dict[str, tuple[str, WorkflowOptions]] = {
     "no-cache": ("cache-aware", WorkflowOptions(result_cache=False)),
     "no-cas": ("all-ready", ON),
     "no-warm": ("cache-aware", WorkflowOptions(warm=False)),
+    "kalypso-pinned": ("cache-aware", ON),
 }
+EXPLICIT_PINNING = ("kalypso-pinned",)
+"""Systems run with explicit pins (vLLM keeps what the ledger holds, held conversations
+included); the others pin virtually."""
 DEFAULT_SYSTEMS = (*SYSTEMS, "langgraph")
 EXTERNAL = ("langgraph",)
 LANGGRAPH_PYTHON = Path(".venv-langgraph/bin/python")
@@ -110,7 +116,8 @@ async def run_system(
     """One system on ``job``: (the timed run's result, engine seconds, prefill s, decode s,
     preemptions)."""
     policy, switches = SYSTEMS[system]
-    options = RunOptions(policy=policy, system_prompt="")
+    pinning = "explicit" if system in EXPLICIT_PINNING else "virtual"
+    options = RunOptions(policy=policy, system_prompt="", pinning=pinning)
     cache = PromptResultCache(engine.name)
     await engine.reset_prefix_cache()
     result: WorkflowResult | None = None
@@ -177,8 +184,15 @@ async def warm_up_engine(engine: Engine, job: Workload) -> None:
 
 
 async def bench_engine(
-    spec: EngineSpec, names: Sequence[str], systems: Sequence[str], scale: str
+    spec: EngineSpec,
+    names: Sequence[str],
+    systems: Sequence[str],
+    scale: str,
+    references: dict[str, pd.DataFrame],
 ) -> list[WorkflowRecord]:
+    """Run ``systems`` on each workflow on one engine. ``references`` maps a workflow to
+    ``kalypso``'s outputs (set when it runs; read by the other systems, on this engine or
+    a later one)."""
     engine = await open_engine(spec)
     records: list[WorkflowRecord] = []
     try:
@@ -186,8 +200,8 @@ async def bench_engine(
             await warm_up_engine(engine, workload(names[0], scale))
         for name in names:
             job = workload(name, scale)
-            reference: pd.DataFrame | None = None
             for system in systems:
+                reference = references.get(name)
                 if system == "langgraph":
                     measured = await run_langgraph(engine, job, scale)
                     if measured is not None:
@@ -197,7 +211,7 @@ async def bench_engine(
                     engine, job, system
                 )
                 if system == "kalypso":
-                    reference = result.outputs
+                    references[name] = reference = result.outputs
                 scores = accuracy(result, dict(job.expected))
                 record = WorkflowRecord(
                     workflow=name,
@@ -281,7 +295,7 @@ def external_record(
     )
 
 
-def engine_spec(args: argparse.Namespace, *, lspf: bool) -> EngineSpec:
+def engine_spec(args: argparse.Namespace, *, lspf: bool, pinning: bool = False) -> EngineSpec:
     if args.engine == "sim":
         profile_blocks = args.sim_kv_tokens // args.block_size if args.sim_kv_tokens else None
         return EngineSpec(
@@ -299,7 +313,7 @@ def engine_spec(args: argparse.Namespace, *, lspf: bool) -> EngineSpec:
         max_num_seqs=args.max_num_seqs,
         deterministic=args.deterministic,
     )
-    return EngineSpec(kind=args.engine, settings=settings, lspf=lspf)
+    return EngineSpec(kind=args.engine, settings=settings, lspf=lspf, pinning=pinning)
 
 
 async def main_async(args: argparse.Namespace) -> list[WorkflowRecord]:
@@ -311,10 +325,17 @@ async def main_async(args: argparse.Namespace) -> list[WorkflowRecord]:
     if "kalypso" in systems:
         systems.remove("kalypso")
         systems.insert(0, "kalypso")
-    plain = [s for s in systems if s != "lspf"]
-    records = await bench_engine(engine_spec(args, lspf=False), names, plain, args.scale)
+    plain = [s for s in systems if s != "lspf" and s not in EXPLICIT_PINNING]
+    references: dict[str, pd.DataFrame] = {}
+    spec = engine_spec(args, lspf=False)
+    records = await bench_engine(spec, names, plain, args.scale, references)
     if "lspf" in systems:
-        records += await bench_engine(engine_spec(args, lspf=True), names, ["lspf"], args.scale)
+        spec = engine_spec(args, lspf=True)
+        records += await bench_engine(spec, names, ["lspf"], args.scale, references)
+    pinned = [s for s in systems if s in EXPLICIT_PINNING]
+    if pinned:  # vLLM's pinning scheduler class: a server of its own, as LSPF's
+        spec = engine_spec(args, lspf=False, pinning=True)
+        records += await bench_engine(spec, names, pinned, args.scale, references)
     return records
 
 

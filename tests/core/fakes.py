@@ -84,6 +84,9 @@ class FakeProgram:
     def prefix_holders(self, children: Sequence[TaskProgram]) -> int:
         return len(children)
 
+    def held_prefix_keys(self) -> tuple[int, ...] | None:
+        return None
+
     def output(self) -> Instance | None:
         last = self.stage + 1 == len(self.workload.sizes)
         return self.instance if last else None

@@ -262,6 +262,24 @@ def test_a_child_whose_prefix_is_all_its_parents_holds_nothing_for_its_children(
     assert state(mm) == (4, [4, 0, 0])
 
 
+def test_a_conversation_holds_its_prompt_and_answer_until_its_continuation_is_done() -> None:
+    """A workflow call holds the keys it is given (its prompt's and its answer's full
+    blocks), not only its prompt's; the continuation charges none of them again."""
+    mm = manager(40, [40, 40])
+    first = TaskMemory(0, 6, 3, hashes=(1, 2, 3))  # 3 prompt blocks, 3 private
+    mm.allocate(first)
+    assert state(mm) == (6, [6, 0])
+    assert mm.complete(first, children=1, prefix_keys=(1, 2, 3, 4, 5)) == []
+    assert first.held_hashes == (1, 2, 3, 4, 5)
+    assert state(mm) == (5, [5, 0])
+    second = TaskMemory(1, 8, 0, first, hashes=(1, 2, 3, 4, 5, 6))
+    assert mm.charge(second) == 3  # key 6 and two private blocks
+    mm.allocate(second)
+    assert state(mm) == (8, [5, 3])
+    assert mm.complete(second, children=0) == [second, first]
+    assert state(mm) == (0, [0, 0])
+
+
 def test_filtered_task_releases_everything_at_once() -> None:
     mm = manager(20, [10, 10])
     filtered = task(0, 6, 4)

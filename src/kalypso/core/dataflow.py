@@ -9,15 +9,27 @@ Each instance (one query of a workflow batch) gets a :class:`FlowState`. Its tas
 
 A task's *prefix parent* is the LLM node whose prompt and answer its own prompt extends
 (``continue_from``: a conversation continued); it is what the task's expected cache hit
-is measured against. Unlike the relational front end's reservation tree, a workflow task
-holds no reservation for its dependents once it is done: a dependent of a DAG can come
-much later (after every critic of a reflection, say), and holding prefixes across that
-gap starved the batch of memory (measured on the simulator at 1,024 KV tokens: Reflect
-took 5.8 s holding, 2.1 s without, with the same prefill). Prompts that start alike - a
-system prompt, a query's context, a conversation and its continuation - are charged once
-while their calls run together (:class:`~kalypso.core.memory.MemoryManager`), and the
-cache-aware order brings dependent calls close to what they extend. Stages are the LLM
-nodes' depths in the dependency DAG.
+is measured against.
+
+**What a finished call holds.** Unlike the relational front end's reservation tree, a
+workflow task holds its prompt and answer for the calls that continue its conversation
+only when the run asks (``ProgramContext.hold_continued_prefixes``: cache-aware with
+explicit pinning does) *and* every other input of each such call is already on its way -
+started or done - when it finishes: a debate's first-round answer is held while the
+other agents' first rounds finish, then read by its own second round. A dependent that
+waits on calls not yet started can come much later (a reflection's final answer waits
+for two critics in a row), and holding across that gap starved the batch of memory
+(measured on the simulator at 1,408 KV tokens: Reflect took 90.1 s holding, 57.1 s
+without, with the same prefill). Only explicit pins keep vLLM's LRU from evicting what
+the ledger holds: with virtual pinning the held blocks age out of the cache anyway, and
+holding them only cut the batch's memory (Debate 46.7 s holding against 45.3 s without,
+Trading 181.2 s against 171.4 s; with explicit pins Debate 42.4 s at the minimum
+prefill, Trading 176.9 s against 177.8 s without holding; see BENCHMARKS.md, *Held
+conversations*). Prompts that start alike - a system prompt, a query's context, a
+conversation and its continuation - are charged once while their calls run together
+(:class:`~kalypso.core.memory.MemoryManager`), and the cache-aware order brings
+dependent calls close to what they extend. Stages are the LLM nodes' depths in the
+dependency DAG.
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ from kalypso.core.program import (
     render_prompt,
 )
 from kalypso.core.prompt import Prompt, TokenIds
-from kalypso.engine.blocks import cache_hit_tokens, shared_full_blocks
+from kalypso.engine.blocks import cache_hit_tokens, chain_keys, shared_full_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +269,31 @@ class DataflowProgram:
         return [DataflowProgram(self.flow, node) for node in ready]
 
     def prefix_holders(self, children: Sequence[TaskProgram]) -> int:
-        return 0  # nothing held once done (see the module docstring)
+        """The calls that continue this one's conversation, when the run holds such
+        prefixes and every other input of each of them is already on its way (started or
+        done); otherwise 0 (see the module docstring). Each of them names this task its
+        prefix parent and releases it when done, skipped ones included."""
+        if self.node is None or not self.flow.context.hold_continued_prefixes:
+            return 0
+        me = self.node.node_id
+        graph = self.flow.plan.graph
+        continuing = [
+            node
+            for node in (graph.node(d) for d in self.flow.plan.dependents[me])
+            if isinstance(node, LLMNode) and node.continue_from == me
+        ]
+        on_the_way = self.flow.started | self.flow.done
+        if not continuing or any(not set(n.deps) <= on_the_way for n in continuing):
+            return 0
+        return len(continuing)
+
+    def held_prefix_keys(self) -> tuple[int, ...] | None:
+        """The full blocks of this call's prompt and answer (what a continuing call's
+        prompt starts with, token for token)."""
+        assert self.node is not None
+        outcome = self.flow.instance.outputs[self.node.node_id]
+        ids = outcome.prompt_token_ids + outcome.output_token_ids
+        return tuple(chain_keys(ids, self.flow.context.block_size_tokens))
 
     def output(self) -> Instance | None:
         if self.flow.finished or self.flow.remaining > 0:

@@ -163,10 +163,15 @@ class MemoryManager:
         task.running = True
         self.ledger.task_started(self.owner)
 
-    def complete(self, task: TaskMemory, *, children: int) -> list[TaskMemory]:
+    def complete(
+        self, task: TaskMemory, *, children: int, prefix_keys: tuple[int, ...] | None = None
+    ) -> list[TaskMemory]:
         """``task`` finished with ``children`` new child tasks (0 if filtered or last).
 
-        Returns the tasks that became *done* (their memory is fully released), in order.
+        With known keys, it holds ``prefix_keys`` for them (the full blocks of its prompt
+        and answer, for calls that continue a conversation), or by default its first
+        prompt's full blocks up to its prefix. Returns the tasks that became *done* (their
+        memory is fully released), in order.
         """
         task.completed = True
         task.pending_children = children
@@ -174,7 +179,8 @@ class MemoryManager:
         if children > 0:
             if task.hashes:
                 self._hold(task, 0)
-                self._reference(task, task.hashes[: task.prefix_blocks])
+                held = task.hashes[: task.prefix_blocks] if prefix_keys is None else prefix_keys
+                self._reference(task, held)
             else:
                 own_prefix = task.prefix_blocks - task.shared_blocks
                 self._hold(task, max(0, min(own_prefix, task.total_blocks)))

@@ -39,6 +39,10 @@ class ProgramContext:
     layout: ChatLayout
     block_size_tokens: int
     stats_for: StatsFor
+    hold_continued_prefixes: bool = False
+    """A DAG's finished call keeps its prompt and answer held for the calls that continue
+    its conversation (see :mod:`kalypso.core.dataflow`); the policy's
+    :attr:`~kalypso.core.policies.base.Policy.holds_continued_prefixes`."""
 
 
 def render_prompt(
@@ -123,6 +127,11 @@ class TaskProgram(Protocol):
         task their ``prefix_parent``: its prefix is held until they are all done."""
         ...
 
+    def held_prefix_keys(self) -> tuple[int, ...] | None:
+        """The chained keys of the full blocks held for those tasks, once this one ran
+        (None: the full blocks of its first prompt up to its prefix)."""
+        ...
+
     def output(self) -> Instance | None:
         """The instance, when this task's completion ends its whole run (a result)."""
         ...
@@ -197,6 +206,9 @@ class StageProgram:
 
     def prefix_holders(self, children: Sequence[TaskProgram]) -> int:
         return len(children)
+
+    def held_prefix_keys(self) -> tuple[int, ...] | None:
+        return None
 
     def output(self) -> Instance | None:
         last = self.stage.index + 1 == len(self._stages)

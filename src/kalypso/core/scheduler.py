@@ -403,7 +403,8 @@ class SchedulerCore:
             self.outputs.append(output)
         if self.policy.memory_aware:
             holders = program.prefix_holders([c.program for c in children])
-            done = self.memory.complete(task.memory, children=holders)
+            keys = program.held_prefix_keys() if holders else None
+            done = self.memory.complete(task.memory, children=holders, prefix_keys=keys)
         else:
             done = [task.memory] if not children else []
         for finished in done:

@@ -113,6 +113,11 @@ class Policy:
     core's queue, in its order, instead of in the engine's first-come queue, where
     requests sent together over concurrent connections arrive in any order."""
     ranked: bool = False
+    holds_continued_prefixes: bool = False
+    """In a DAG run with explicit pinning, a finished call's prompt and answer stay
+    reserved and pinned for the calls that continue its conversation, when every other
+    input of those calls is already on its way (:mod:`kalypso.core.dataflow`). A
+    relational run always holds its prefixes for its children (Algorithm 1)."""
 
     def prepare(self, plan: PlanInfo) -> None:
         """See the run before it starts (ranked policies build their order here)."""

@@ -136,6 +136,7 @@ class CacheAware(Policy):
 
     name = "cache-aware"
     ranked = True
+    holds_continued_prefixes = True
 
     def __init__(self) -> None:
         self.position: dict[str, int] = {}
