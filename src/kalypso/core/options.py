@@ -58,7 +58,8 @@ class RunOptions:
         call_timeout_s: a call not finished after this many seconds fails the run
             (:class:`~kalypso.engine.protocol.EngineTimeoutError`); None: the engine's own.
         deadlock_check_s: with explicit pinning, how long without a completion before
-            asking the engine whether pins hold it stuck.
+            asking the engine whether pins hold it stuck; each check that finds it
+            running doubles the wait, up to 8x.
         near_tie_margin: a decision whose log-probability margin is below this is a
             *near-tie*: reported, and exempt from the same-answers guarantee (bf16, or a
             different batch, may flip it).
