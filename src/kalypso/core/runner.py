@@ -226,11 +226,10 @@ class PipelineRunner:
             async with asyncio.TaskGroup() as group:
                 while core.has_work:
                     out = core.schedule()
-                    # unpins first, not awaited: vLLM answers each after its next step
-                    # but applies it on arrival, and these requests are sent before
-                    # the calls admitted into the room they free (awaited one at a time
-                    # they held admission back a step each: Debate on real vLLM took
-                    # 40.4 s pinned against 30.0 s virtual)
+                    # unpins first, not awaited: vLLM applies each on arrival but
+                    # answers it only after its next engine step, so awaiting them one
+                    # at a time held admission back a step each; they are sent before
+                    # the calls admitted into the room they free
                     for key in out.unpin:
                         group.create_task(self.state.engine.unpin(key))
                     for task in out.admitted:
