@@ -226,12 +226,7 @@ class PipelineRunner:
             async with asyncio.TaskGroup() as group:
                 while core.has_work:
                     out = core.schedule()
-                    # unpins first, not awaited: vLLM applies each on arrival but
-                    # answers it only after its next engine step, so awaiting them one
-                    # at a time held admission back a step each; they are sent before
-                    # the calls admitted into the room they free
-                    for key in out.unpin:
-                        group.create_task(self.state.engine.unpin(key))
+                    await self._unpin(out.unpin)
                     for task in out.admitted:
                         group.create_task(self._run_task(task, done))
                     if not core.running:
@@ -284,6 +279,11 @@ class PipelineRunner:
         return False
 
     async def _unpin(self, keys: Sequence[str]) -> None:
+        """Release ``keys`` before the calls admitted into the room they free are sent:
+        a call that reached vLLM first would wait beside the pins, and a deadlock check
+        then could take it for a deadlock and unpin everything. Sent together, since vLLM
+        answers each only after its next engine step (one at a time they cost a step
+        each)."""
         if keys:
             await asyncio.gather(*(self.state.engine.unpin(key) for key in keys))
 
