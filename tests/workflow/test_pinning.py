@@ -139,7 +139,6 @@ async def test_a_failed_run_releases_held_and_pinned_conversations() -> None:
     flow = wf.Workflow({f"agent{i}": a for i, a in enumerate(second)})
     engine = FailingSim(num_blocks=64, block_size_tokens=16)
     ledger = KVLedger(engine.capacity.num_blocks)
-    holders: list[int] = []
     with pytest.MonkeyPatch.context() as patch:
         holders = _record_holders(patch)
         with pytest.raises(QueryError) as failure:
