@@ -41,8 +41,9 @@ class ProgramContext:
     stats_for: StatsFor
     hold_continued_prefixes: bool = False
     """A DAG's finished call keeps its prompt and answer held for the calls that continue
-    its conversation (see :mod:`kalypso.core.dataflow`); the policy's
-    :attr:`~kalypso.core.policies.base.Policy.holds_continued_prefixes`."""
+    its conversation (see :mod:`kalypso.core.dataflow`): the policy's
+    :attr:`~kalypso.core.policies.base.Policy.holds_continued_prefixes`, under explicit
+    pinning."""
 
 
 def render_prompt(

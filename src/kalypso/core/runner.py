@@ -110,7 +110,16 @@ class RunState:
         return self.stats.setdefault(op_id, OperatorStats(op_id))
 
     def program_context(self) -> ProgramContext:
-        return ProgramContext(self.layout, self.engine.capacity.block_size_tokens, self.stats_for)
+        """What the run's programs share; conversations are held for their continuations
+        only under explicit pins, by a policy that asks for it (see
+        :attr:`~kalypso.core.policies.base.Policy.holds_continued_prefixes`)."""
+        holds = self.options.resolved_policy().holds_continued_prefixes
+        return ProgramContext(
+            self.layout,
+            self.engine.capacity.block_size_tokens,
+            self.stats_for,
+            hold_continued_prefixes=holds and self.options.pinning == "explicit",
+        )
 
 
 def decision_token_ids(node: LLMNode, layout: ChatLayout) -> dict[int, str]:

@@ -6,7 +6,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -190,11 +190,7 @@ async def arun(
         engine.capacity.block_size_tokens,
     )
     runner = PipelineRunner(state, plan.num_stages, plan=info)
-    context = replace(
-        state.program_context(),
-        hold_continued_prefixes=policy.holds_continued_prefixes and options.pinning == "explicit",
-    )
-    programs = root_programs(plan, instances, context)
+    programs = root_programs(plan, instances, state.program_context())
     planned = time.monotonic()
 
     def hit_rate() -> tuple[int, int]:
