@@ -151,3 +151,35 @@ async def test_a_failed_run_releases_held_and_pinned_conversations() -> None:
     assert ledger.reserved_blocks == 0 and ledger.owners == frozenset()
     assert engine.block_pool.num_pinned_blocks == 0
     await engine.close()
+
+
+async def test_a_cancelled_run_releases_held_and_pinned_conversations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    holders = _record_holders(monkeypatch)
+    engine = SimEngine(num_blocks=44, block_size_tokens=32)
+    ledger = KVLedger(engine.capacity.num_blocks)
+    job = workload("debate", "small")
+    run = asyncio.ensure_future(
+        arun(
+            job.workflows[0],
+            engine,
+            job.inputs[0],
+            ledger=ledger,
+            policy="cache-aware",
+            pinning="explicit",
+            system_prompt="",
+        )
+    )
+    for _ in range(100_000):  # bounded: the simulator needs no wall time
+        if holders or run.done():
+            break
+        await asyncio.sleep(0)
+    assert holders and not run.done(), "cancel while a first round is held"
+    assert ledger.reserved_blocks > 0 and engine.block_pool.num_pinned_blocks > 0
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert ledger.reserved_blocks == 0 and ledger.owners == frozenset()
+    assert engine.block_pool.num_pinned_blocks == 0
+    await engine.close()
