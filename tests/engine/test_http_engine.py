@@ -191,6 +191,50 @@ async def test_constrained_request_and_logprobs_round_trip() -> None:
     assert result.finish_reason == "length"
 
 
+async def test_pin_key_blocks_and_softness_travel_in_vllm_xargs() -> None:
+    async def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if "kalypso_ping" in body.get("vllm_xargs", {}):
+            reply = completion([], "stop")
+            reply["choices"][0]["stop_reason"] = "kalypso-pinning:released=0"  # type: ignore[index]
+            return httpx.Response(200, json=reply)
+        return httpx.Response(200, json=completion([9], "length"))
+
+    server = FakeServer(answer)
+    engine = await HTTPVLLMEngine.connect(
+        URL, tokenizer=WordTokenizer(), transport=httpx.MockTransport(server), pinning=True
+    )
+    try:
+        await engine.generate(_request("hard", pin_key="k1"))
+        await engine.generate(_request("soft", pin_key="k2", pin_blocks=3, pin_soft=True))
+        await engine.generate(_request("none"))
+    finally:
+        await engine.close()
+    hard, soft, none = server.bodies[-3:]
+    assert hard["vllm_xargs"] == {"kalypso_pin": "k1"}
+    assert soft["vllm_xargs"] == {
+        "kalypso_pin": "k2",
+        "kalypso_pin_blocks": 3,
+        "kalypso_pin_soft": 1,
+    }
+    assert "vllm_xargs" not in none
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pin_blocks": 2}, "pin_blocks and pin_soft need a pin_key"),
+        ({"pin_soft": True}, "pin_blocks and pin_soft need a pin_key"),
+        ({"pin_key": "k", "pin_blocks": -1}, "pin_blocks must be >= 0"),
+    ],
+)
+def test_pin_options_without_a_key_or_below_zero_are_refused(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        _request(**kwargs)
+
+
 def test_parse_top_logprobs_orders_caps_and_rejects_text_keys() -> None:
     table = parse_top_logprobs([{"token_id:3": -2.0, "token_id:1": -0.5, "token_id:2": -0.5}], 2)
     assert table == (((1, -0.5), (2, -0.5)),)

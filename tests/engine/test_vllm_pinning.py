@@ -153,6 +153,41 @@ async def test_pinned_prefix_survives_overflow_until_unpinned(clean: PinningEngi
     assert await _cached(engine, prefix, 24) == 0
 
 
+async def test_pin_blocks_pins_only_the_leading_blocks(clean: PinningEngine) -> None:
+    engine = clean
+    block = engine.capacity.block_size_tokens
+    prefix = _tokens(engine, 400, 4 * block)
+    prompt = tuple([*prefix, *_tokens(engine, 401, 8)])
+    await engine.generate(GenerateRequest("partly", prompt, 2, pin_key="part", pin_blocks=2))
+    await _overflow(engine, 410)
+    assert await _cached(engine, prefix, 402) == 2 * block
+    await engine.unpin("part")
+
+
+async def test_soft_pin_outlives_lru_eviction_and_gives_way_to_a_request_needing_its_blocks(
+    clean: PinningEngine,
+) -> None:
+    """A soft pin keeps its blocks while other requests fit beside it (unlike no pin:
+    test_unpinned_prefix_is_evicted_by_overflow); when a request cannot get its blocks,
+    soft pins are released, newest first, and the request runs (unlike hard pins:
+    test_cache_full_of_pins_shows_waiting_without_running_until_unpin_all)."""
+    engine = clean
+    block = engine.capacity.block_size_tokens
+    prefixes = [_tokens(engine, 420 + i, 4 * block) for i in range(3)]
+    for i, prefix in enumerate(prefixes):  # 12 of the 15 usable blocks, softly
+        prompt = tuple([*prefix, *_tokens(engine, 430 + i, 8)])
+        await engine.generate(
+            GenerateRequest(f"soft{i}", prompt, 2, pin_key=f"s{i}", pin_soft=True)
+        )
+    big = tuple(_tokens(engine, 440, 7 * block))  # needs 8 blocks: two pins must go
+    result = await asyncio.wait_for(engine.generate(GenerateRequest("big", big, 2)), timeout=120)
+    assert result.finish_reason in ("stop", "length")
+    assert await _cached(engine, prefixes[0], 450) == 4 * block  # the oldest stayed
+    await _overflow(engine, 460)  # each filler fits beside the one pin left
+    assert await _cached(engine, prefixes[0], 451) == 4 * block
+    await engine.unpin("s0")
+
+
 async def test_request_ended_by_a_stop_string_is_pinned(clean: PinningEngine) -> None:
     """vLLM's frontend detects stop strings and aborts the request in the engine core;
     the pin must survive that abort."""

@@ -235,6 +235,53 @@ def test_pinned_out_request_waits_like_vllm_until_unpinned() -> None:
     assert result.prompt_tokens == 20
 
 
+def test_pin_blocks_pins_only_the_leading_blocks() -> None:
+    async def scenario() -> tuple[int, int]:
+        engine = make_engine(num_blocks=8)
+        await engine.generate(make_request("p", range(16), pin_key="k", pin_blocks=2))
+        pinned = engine.block_pool.num_pinned_blocks
+        for k in range(4):  # each takes 4 of the 6 unpinned blocks, evicting the rest
+            await engine.generate(make_request(f"o{k}", range(100 * (k + 1), 100 * (k + 1) + 16)))
+        return pinned, (await engine.generate(make_request("p-again", range(16)))).cached_tokens
+
+    assert run(scenario()) == (2, 8)
+
+
+def test_soft_pin_outlives_lru_eviction_while_others_fit() -> None:
+    """Beside a soft pin, requests that fit in the free blocks evict everything else
+    first; the pin stays, as a hard one would."""
+
+    async def scenario() -> tuple[int, int]:
+        engine = make_engine(num_blocks=8)
+        await engine.generate(make_request("p", range(16), pin_key="k", pin_soft=True))
+        for k in range(4):
+            await engine.generate(make_request(f"o{k}", range(100 * (k + 1), 100 * (k + 1) + 16)))
+        again = await engine.generate(make_request("p-again", range(16)))
+        return again.cached_tokens, engine.block_pool.num_soft_released_blocks
+
+    assert run(scenario()) == (12, 0)
+
+
+def test_soft_pins_give_way_newest_first_to_a_request_that_needs_their_blocks() -> None:
+    """Where a hard pin makes the request wait (the test above), soft pins are released,
+    newest first and only as many as needed, and the request runs."""
+
+    async def scenario() -> tuple[int, int, int, list[str]]:
+        engine = make_engine(num_blocks=8)
+        await engine.generate(make_request("a", range(8), pin_key="old", pin_soft=True))
+        await engine.generate(make_request("b", range(50, 58), pin_key="new", pin_soft=True))
+        big = await engine.generate(make_request("big", range(200, 220)))  # needs 5 blocks
+        oldest = await engine.generate(make_request("a-again", range(8)))
+        return (
+            big.prompt_tokens,
+            engine.block_pool.num_soft_released_blocks,
+            oldest.cached_tokens,
+            engine.block_pool.pin_keys(),
+        )
+
+    assert run(scenario()) == (20, 2, 4, ["old"])
+
+
 def test_virtual_clock_is_the_sum_of_step_costs() -> None:
     # unit profile: 1 s per step + 0.5 s per prefill token + 0.25 s per decoding request.
     # Steps (budget 6): {a:5, b:1} = 4.0 s; {a:1 decode, b:4, c:1} = 3.75 s;

@@ -67,8 +67,14 @@ class GenerateRequest:
         temperature: used only when ``greedy`` is false.
         stop: strings that end generation (finish reason "stop"), not included in the text.
         ignore_eos: keep generating past the end-of-sequence token (for load generation).
-        pin_key: reserved for explicit pinning (scheduler issue); backends without pinning
-            reject a request that sets it with :class:`UnsupportedFeatureError`.
+        pin_key: explicit pinning: when the request finishes, its full (cached) blocks
+            keep a reference under this key until ``Engine.unpin``. Backends without
+            pinning reject a request that sets it with :class:`UnsupportedFeatureError`.
+        pin_blocks: with ``pin_key``, pin only the first this many full blocks (None:
+            all of them).
+        pin_soft: with ``pin_key``, the pin is *soft*: the engine gives it up by itself,
+            newest soft pin first, when a request cannot get the blocks it needs (instead
+            of making that request wait or preempting one).
         allowed_token_ids: when set, every generated token is one of these ids
             (constrained decoding: one-token decisions use it with ``max_tokens=1``).
         logprobs: when set, the result carries, for each generated position, the
@@ -89,6 +95,8 @@ class GenerateRequest:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     pin_key: str | None = None
+    pin_blocks: int | None = None
+    pin_soft: bool = False
     allowed_token_ids: tuple[int, ...] | None = None
     logprobs: int | None = None
     timeout_s: float | None = None
@@ -104,6 +112,10 @@ class GenerateRequest:
             raise ValueError(f"request {self.request_id!r}: sampling needs temperature > 0")
         if not isinstance(self.prompt_token_ids, tuple):
             object.__setattr__(self, "prompt_token_ids", tuple(self.prompt_token_ids))
+        if self.pin_key is None and (self.pin_blocks is not None or self.pin_soft):
+            raise ValueError(f"request {self.request_id!r}: pin_blocks and pin_soft need a pin_key")
+        if self.pin_blocks is not None and self.pin_blocks < 0:
+            raise ValueError(f"request {self.request_id!r}: pin_blocks must be >= 0")
         if self.allowed_token_ids is not None:
             if not self.allowed_token_ids:
                 raise ValueError(f"request {self.request_id!r}: allowed_token_ids is empty")

@@ -70,12 +70,12 @@ from kalypso.engine.protocol import (
 )
 from kalypso.engine.vllm_pinning import (
     CANCEL_ARG,
-    PIN_ARG,
     PING_ARG,
     PINNING_SCHEDULER_CLS,
     UNPIN_ALL_ARG,
     UNPIN_ARG,
     parse_control_stop_reason,
+    pin_extra_args,
 )
 from kalypso.engine.vllm_settings import DEFAULT_TIMEOUT_S, kv_cache_groups, usable_blocks
 
@@ -362,8 +362,9 @@ class HTTPVLLMEngine:
         }
         if request.stop:
             body["stop"] = list(request.stop)
-        if request.pin_key is not None:
-            body["vllm_xargs"] = {PIN_ARG: request.pin_key}
+        pin_args = pin_extra_args(request.pin_key, request.pin_blocks, request.pin_soft)
+        if pin_args is not None:
+            body["vllm_xargs"] = pin_args
         if request.allowed_token_ids is not None:
             body["allowed_token_ids"] = list(request.allowed_token_ids)
         if request.logprobs is not None:

@@ -55,11 +55,11 @@ from kalypso.engine.protocol import (
 )
 from kalypso.engine.vllm_pinning import (
     CANCEL_ARG,
-    PIN_ARG,
     PINNING_SCHEDULER_CLS,
     UNPIN_ALL_ARG,
     UNPIN_ARG,
     parse_control_stop_reason,
+    pin_extra_args,
 )
 from kalypso.engine.vllm_settings import (
     VLLMSettings,
@@ -291,7 +291,7 @@ class LocalVLLMEngine:
             stop=list(request.stop) or None,
             ignore_eos=request.ignore_eos,
             seed=None if request.greedy else self._settings.seed,
-            extra_args=None if request.pin_key is None else {PIN_ARG: request.pin_key},
+            extra_args=pin_extra_args(request.pin_key, request.pin_blocks, request.pin_soft),
             allowed_token_ids=(
                 None if request.allowed_token_ids is None else list(request.allowed_token_ids)
             ),

@@ -14,7 +14,17 @@ over HTTP the completions body's ``vllm_xargs``):
   core, and the engine core cannot tell that abort from a cancellation. vLLM's
   ``BlockPool`` is reference-counted and only blocks with no reference sit in its free
   queue, the only place blocks are evicted from, so pinned blocks stay cached. Several
-  requests may pin under one key.
+  requests may pin under one key. With ``{"kalypso_pin_blocks": n}`` beside it, only the
+  first ``n`` of those blocks are pinned (the prefix a client reserved, not the rest of
+  the prompt and the answer).
+* ``{"kalypso_pin_soft": 1}`` beside ``kalypso_pin``: the pin is *soft*. When a request
+  (waiting or running) cannot get the blocks it needs, the scheduler releases soft pins,
+  newest key first, and tries again, before making it wait or preempting anything. A key
+  stays soft while every pin under it was soft. Newest first: the older a held prefix,
+  the sooner the work that reads it is likely to come (a debate's first answers are read
+  once all agents have answered); and a run's shared prefixes, pinned first, go last.
+  Released blocks join the free queue as cached blocks, so they are evicted only if the
+  request still needs more.
 * ``{"kalypso_unpin": key}``: a *control request*. The scheduler releases the references
   kept under ``key`` (blocks left unreferenced return to the free queue as cached,
   evictable blocks, last block first as vLLM frees them) and finishes the request at
@@ -87,6 +97,10 @@ PINNING_SCHEDULER_CLS = "kalypso.engine.vllm_pinning.PinningScheduler"
 
 PIN_ARG = "kalypso_pin"
 """Extra argument of an ordinary request: the key to pin its blocks under."""
+PIN_BLOCKS_ARG = "kalypso_pin_blocks"
+"""Extra argument beside :data:`PIN_ARG`: pin only this many leading blocks."""
+PIN_SOFT_ARG = "kalypso_pin_soft"
+"""Extra argument beside :data:`PIN_ARG`: the pin is soft (given up under pressure)."""
 UNPIN_ARG = "kalypso_unpin"
 """Extra argument of a control request: the key to release."""
 UNPIN_ALL_ARG = "kalypso_unpin_all"
@@ -100,6 +114,21 @@ CONTROL_ARGS = (UNPIN_ARG, UNPIN_ALL_ARG, CANCEL_ARG, PING_ARG)
 CONTROL_STOP_REASON_PREFIX = "kalypso-pinning:released="
 """A control request's ``stop_reason`` is this prefix followed by the number of block
 references it released."""
+
+
+def pin_extra_args(
+    pin_key: str | None, pin_blocks: int | None, pin_soft: bool
+) -> dict[str, Any] | None:
+    """The extra arguments that pin an ordinary request's blocks (see the module
+    docstring); None for a request that pins nothing."""
+    if pin_key is None:
+        return None
+    extra: dict[str, Any] = {PIN_ARG: pin_key}
+    if pin_blocks is not None:
+        extra[PIN_BLOCKS_ARG] = pin_blocks
+    if pin_soft:
+        extra[PIN_SOFT_ARG] = 1
+    return extra
 
 
 def parse_control_stop_reason(stop_reason: object) -> int | None:
@@ -147,6 +176,23 @@ def _build_pinning_scheduler() -> type[Scheduler]:
             """Ids of live requests whose client cancelled them: they do not pin."""
             self._kalypso_replies: list[tuple[int, EngineCoreOutput]] = []
             """(client index, output) of control requests answered at the next step."""
+            self._kalypso_soft: dict[str, None] = {}
+            """Keys pinned softly, in pinning order (the last is released first)."""
+            self.kalypso_soft_released_blocks = 0
+            """Block references soft pins gave up to make room."""
+            manager = self.kv_cache_manager
+            allocate_slots = manager.allocate_slots
+
+            def allocate_giving_up_soft_pins(*args: Any, **kwargs: Any) -> Any:
+                # allocate_slots returns None before changing anything when the free
+                # blocks do not suffice, so it can be asked again after each release
+                blocks = allocate_slots(*args, **kwargs)
+                while blocks is None and self._kalypso_soft:
+                    self.kalypso_release_newest_soft_pin()
+                    blocks = allocate_slots(*args, **kwargs)
+                return blocks
+
+            manager.allocate_slots = allocate_giving_up_soft_pins  # type: ignore[method-assign]
 
         def add_request(self, request: Request) -> None:
             extra = _extra_args(request)
@@ -181,12 +227,22 @@ def _build_pinning_scheduler() -> type[Scheduler]:
 
         def kalypso_unpin(self, pin_key: str) -> int:
             """Release the blocks pinned under ``pin_key``; returns how many references."""
+            self._kalypso_soft.pop(pin_key, None)
             by_request = self.kalypso_pins.pop(pin_key, {})
             blocks = [block for pinned in by_request.values() for block in pinned]
             # last pinned first into the free queue, so a prefix's head is evicted last
             self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
             logger.debug("unpinned %r: %d block references released", pin_key, len(blocks))
             return len(blocks)
+
+        def kalypso_release_newest_soft_pin(self) -> int:
+            """Release the newest soft key (a request needs its blocks); returns how many
+            block references were released."""
+            pin_key = next(reversed(self._kalypso_soft))
+            released = self.kalypso_unpin(pin_key)
+            self.kalypso_soft_released_blocks += released
+            logger.debug("soft pin %r given up: %d block references", pin_key, released)
+            return released
 
         def kalypso_unpin_all(self) -> int:
             """Release every pin; returns how many block references were released."""
@@ -210,11 +266,13 @@ def _build_pinning_scheduler() -> type[Scheduler]:
                     released += len(blocks)
                 if not by_request:
                     del self.kalypso_pins[pin_key]
+                    self._kalypso_soft.pop(pin_key, None)
             logger.debug("cancelled %r: %d block references released", client_id, released)
             return released
 
         def _free_blocks(self, request: Request) -> None:
-            pin_key = _extra_args(request).get(PIN_ARG)
+            extra = _extra_args(request)
+            pin_key = extra.get(PIN_ARG)
             cancelled = request.request_id in self._kalypso_cancelled
             self._kalypso_cancelled.discard(request.request_id)
             if isinstance(pin_key, str) and pins_on_finish(request) and not cancelled:
@@ -225,9 +283,17 @@ def _build_pinning_scheduler() -> type[Scheduler]:
                     for block in group
                     if block.block_hash is not None and not block.is_null
                 ]
+                limit = extra.get(PIN_BLOCKS_ARG)
+                if isinstance(limit, int):
+                    blocks = blocks[: max(0, limit)]
                 self.kv_cache_manager.block_pool.touch(blocks)
+                known = pin_key in self.kalypso_pins
                 pinned = self.kalypso_pins.setdefault(pin_key, {})
                 pinned.setdefault(request.request_id, []).extend(blocks)
+                if not extra.get(PIN_SOFT_ARG):
+                    self._kalypso_soft.pop(pin_key, None)
+                elif not known:
+                    self._kalypso_soft[pin_key] = None
                 logger.debug(
                     "pinned %d blocks of %r under %r", len(blocks), request.request_id, pin_key
                 )

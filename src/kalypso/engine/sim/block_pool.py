@@ -12,6 +12,9 @@ free queue, and pins. It mirrors vLLM v1's ``BlockPool`` (``vllm/v1/core/block_p
   with a hash go to the tail (least recently used evicted first); blocks without a hash
   hold nothing reusable and go to the head, to be reused first (vLLM 0.32 does the same).
 * A pin keeps one extra reference on blocks under a key until :meth:`BlockPool.unpin`.
+  A *soft* pin does too, but the pool gives it up by itself, newest first, when an
+  allocation finds too few free blocks (:meth:`BlockPool.release_soft_pins`), as
+  Kalypso's pinning scheduler does in vLLM (:mod:`kalypso.engine.vllm_pinning`).
 
 The pool has no null block: all ``num_blocks`` blocks are usable.
 """
@@ -71,6 +74,10 @@ class BlockPool:
         self._cached: dict[BlockHash, dict[int, KVBlock]] = {}
         """Hash -> the blocks holding it (two requests may compute the same block)."""
         self._pins: dict[str, list[KVBlock]] = {}
+        self._soft: OrderedDict[str, None] = OrderedDict()
+        """Keys pinned softly, in pinning order (the last is released first)."""
+        self.num_soft_released_blocks = 0
+        """Block references soft pins gave up to make room."""
         self._on_event = on_event
         self.num_evicted_blocks = 0
         """Cached blocks whose hash was dropped to reuse them (resets not counted)."""
@@ -165,18 +172,34 @@ class BlockPool:
             self._free[block.block_id] = block
             self._free.move_to_end(block.block_id, last=False)
 
-    def pin(self, pin_key: str, blocks: Sequence[KVBlock]) -> None:
+    def pin(self, pin_key: str, blocks: Sequence[KVBlock], *, soft: bool = False) -> None:
         """Keep an extra reference on ``blocks`` under ``pin_key`` (added to any blocks
-        already pinned under it)."""
+        already pinned under it). A key is soft while every pin under it was soft."""
         self.touch(blocks)
+        known = pin_key in self._pins
         self._pins.setdefault(pin_key, []).extend(blocks)
+        if soft and not known:
+            self._soft[pin_key] = None
+        elif not soft:
+            self._soft.pop(pin_key, None)
 
     def unpin(self, pin_key: str) -> int:
         """Release every block pinned under ``pin_key``, last pinned first to the free
         queue; returns how many references were released (0 for an unknown key)."""
+        self._soft.pop(pin_key, None)
         blocks = self._pins.pop(pin_key, [])
         self.free_blocks(reversed(blocks))
         return len(blocks)
+
+    def release_soft_pins(self, num_free_blocks: int) -> int:
+        """Unpin soft keys, newest first, until ``num_free_blocks`` blocks are free or no
+        soft pin is left; returns the block references released."""
+        released = 0
+        while self._soft and len(self._free) < num_free_blocks:
+            pin_key, _ = self._soft.popitem(last=True)
+            released += self.unpin(pin_key)
+        self.num_soft_released_blocks += released
+        return released
 
     def reset_prefix_cache(self) -> int:
         """Drop the hashes of all free blocks (blocks in use keep theirs); returns how

@@ -85,10 +85,11 @@ class SimEngine:
         num_steps: steps that computed something.
 
     A request with a ``pin_key`` keeps its full (cached) blocks referenced after it
-    finishes, until ``unpin(pin_key)``. A request that cannot be admitted beside the
-    pinned blocks waits, as in vLLM (stats then show waiting requests and none running:
-    a deadlock the caller must break by unpinning); with ``fail_when_pinned_out`` it
-    fails with :class:`EngineError` instead.
+    finishes (the first ``pin_blocks`` of them, when set), until ``unpin(pin_key)``, or
+    with ``pin_soft`` until a request cannot get its blocks beside them. A request that
+    cannot be admitted beside the hard-pinned blocks waits, as in vLLM (stats then show
+    waiting requests and none running: a deadlock the caller must break by unpinning);
+    with ``fail_when_pinned_out`` it fails with :class:`EngineError` instead.
     """
 
     def __init__(

@@ -62,10 +62,11 @@ class KVCacheManager:
         """Give ``request`` the blocks to compute ``num_new_tokens`` more tokens after its
         computed ones (and after ``hit``, a prefix hit it is being admitted with).
 
-        Returns None, changing nothing, if the free blocks do not suffice (counting hit
-        blocks that are free, since using them takes them out of the free queue).
-        Otherwise references the hit blocks, takes new blocks from the free queue and
-        caches every block the request's computed-or-scheduled tokens fill.
+        Soft pins are given up first, newest first, if the free blocks do not suffice
+        (counting hit blocks that are free, since using them takes them out of the free
+        queue). Returns None, changing nothing else, if they still do not. Otherwise
+        references the hit blocks, takes new blocks from the free queue and caches every
+        block the request's computed-or-scheduled tokens fill.
         """
         hit_blocks = hit.blocks if hit is not None else ()
         held = self._blocks.setdefault(request.request_id, [])
@@ -73,6 +74,9 @@ class KVCacheManager:
         num_required = blocks_for(num_computed + num_new_tokens, self.block_size_tokens)
         num_new_blocks = max(num_required - len(held) - len(hit_blocks), 0)
         num_free_hits = sum(1 for block in hit_blocks if block.ref_count == 0)
+        if num_new_blocks + num_free_hits > self.pool.num_free_blocks:
+            self.pool.release_soft_pins(num_new_blocks + num_free_hits)
+            num_free_hits = sum(1 for block in hit_blocks if block.ref_count == 0)
         if num_new_blocks + num_free_hits > self.pool.num_free_blocks:
             if not held:
                 del self._blocks[request.request_id]
@@ -90,10 +94,20 @@ class KVCacheManager:
         self._num_hashed_blocks.pop(request.request_id, None)
         self.pool.free_blocks(reversed(blocks))
 
-    def pin(self, request: SimRequest, pin_key: str) -> None:
-        """Pin the request's cached (full, hashed) blocks under ``pin_key``."""
+    def pin(
+        self,
+        request: SimRequest,
+        pin_key: str,
+        *,
+        max_blocks: int | None = None,
+        soft: bool = False,
+    ) -> None:
+        """Pin the request's cached (full, hashed) blocks under ``pin_key``: all of them,
+        or the first ``max_blocks``; ``soft`` as in :meth:`BlockPool.pin`."""
         num_hashed = self._num_hashed_blocks.get(request.request_id, 0)
-        self.pool.pin(pin_key, self._blocks.get(request.request_id, [])[:num_hashed])
+        if max_blocks is not None:
+            num_hashed = min(num_hashed, max_blocks)
+        self.pool.pin(pin_key, self._blocks.get(request.request_id, [])[:num_hashed], soft=soft)
 
     def _cache_full_blocks(self, request: SimRequest, num_tokens: int) -> None:
         """Hash the request's blocks filled by its first ``num_tokens`` tokens (blocks

@@ -150,7 +150,12 @@ class Scheduler:
             self.running.remove(request)
             del self._requests[request.request_id]
             if request.request.pin_key is not None:
-                self.kv.pin(request, request.request.pin_key)
+                self.kv.pin(
+                    request,
+                    request.request.pin_key,
+                    max_blocks=request.request.pin_blocks,
+                    soft=request.request.pin_soft,
+                )
             self.kv.free(request)
         return finished
 
