@@ -84,8 +84,9 @@ class FakeProgram:
     def prefix_holders(self, children: Sequence[TaskProgram]) -> int:
         return len(children)
 
-    def held_prefix_keys(self) -> tuple[int, ...] | None:
-        return None
+    @property
+    def holds_by_soft_pin(self) -> bool:
+        return False
 
     def output(self) -> Instance | None:
         last = self.stage + 1 == len(self.workload.sizes)

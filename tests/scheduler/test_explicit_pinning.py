@@ -4,12 +4,14 @@ deadlock they can cause is detected and broken (paper section 6)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pandas as pd
 import pytest
 
 import kalypso
 from kalypso.core.scheduler import TaskOutcome
+from kalypso.engine.protocol import GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine, SimOutputModel
 from tests.core.fakes import JOIN_AND_NOTE, FakeProgram, Workload, make_core
 
@@ -35,8 +37,16 @@ def fan_out_plan(words: int) -> kalypso.Table:
     )
 
 
-def engine(num_blocks: int) -> SimEngine:
-    return SimEngine(
+class PinsWholeRequests(SimEngine):
+    """Pins every full block of a pinned request, more than the scheduler asks (its
+    ``pin_blocks``, the prefix the ledger reserves): blocks the ledger does not see."""
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        return await super().generate(dataclasses.replace(request, pin_blocks=None))
+
+
+def engine(num_blocks: int, cls: type[SimEngine] = SimEngine) -> SimEngine:
+    return cls(
         "smollm2-cpu",
         num_blocks=num_blocks,
         block_size_tokens=16,
@@ -45,8 +55,10 @@ def engine(num_blocks: int) -> SimEngine:
     )
 
 
-async def run_once(plan: kalypso.Table, num_blocks: int, **kwargs: str) -> kalypso.QueryResult:
-    sim = engine(num_blocks)
+async def run_once(
+    plan: kalypso.Table, num_blocks: int, cls: type[SimEngine] = SimEngine, **kwargs: str
+) -> kalypso.QueryResult:
+    sim = engine(num_blocks, cls)
     try:
         return await asyncio.wait_for(plan.arun(sim, **kwargs), timeout=120)
     finally:
@@ -54,17 +66,29 @@ async def run_once(plan: kalypso.Table, num_blocks: int, **kwargs: str) -> kalyp
 
 
 async def test_deadlock_under_explicit_pins_is_broken_and_every_tuple_is_processed_once() -> None:
-    """Stress: a 12-block cache, parents of ~9 pinned blocks, 5 children each. A child
-    cannot fit beside its parent's pins, the engine waits with nothing running, and the
+    """Stress: a 12-block cache, parents of ~9 pinned blocks (the engine pins their whole
+    requests, beyond the prefixes the ledger reserves), 5 children each. A child cannot
+    fit beside its parent's pins, the engine waits with nothing running, and the
     scheduler must unpin everything and finish on virtual pinning."""
     plan = fan_out_plan(words=100)
     baseline = await run_once(plan, 12, policy="operator-at-a-time")
-    pinned = await run_once(plan, 12, policy="adaptive", pinning="explicit")
+    pinned = await run_once(plan, 12, PinsWholeRequests, policy="adaptive", pinning="explicit")
     assert pinned.pipeline_reports[0].deadlocks >= 1
     pd.testing.assert_frame_equal(baseline.frame, pinned.frame)
     assert len(pinned.frame) == len(baseline.frame) > 0
     keys = list(pinned.frame.index)
     assert len(keys) == len(set(keys))
+
+
+async def test_pinning_only_the_reserved_prefix_does_not_deadlock() -> None:
+    """The stress above with the scheduler's pins as asked: each parent pins the prefix
+    the ledger reserves for its children, not its whole request, and the pins never fill
+    the cache behind the ledger's back (before, this run deadlocked)."""
+    plan = fan_out_plan(words=100)
+    baseline = await run_once(plan, 12, policy="operator-at-a-time")
+    pinned = await run_once(plan, 12, policy="adaptive", pinning="explicit")
+    assert pinned.pipeline_reports[0].deadlocks == 0
+    pd.testing.assert_frame_equal(baseline.frame, pinned.frame)
 
 
 async def test_pins_are_released_when_the_last_child_is_done() -> None:

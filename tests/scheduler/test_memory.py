@@ -262,20 +262,22 @@ def test_a_child_whose_prefix_is_all_its_parents_holds_nothing_for_its_children(
     assert state(mm) == (4, [4, 0, 0])
 
 
-def test_a_conversation_holds_its_prompt_and_answer_until_its_continuation_is_done() -> None:
-    """A workflow call holds the keys it is given (its prompt's and its answer's full
-    blocks), not only its prompt's; the continuation charges none of them again."""
+@pytest.mark.parametrize("hashes", [(1, 2, 3), ()])
+def test_a_task_held_by_a_soft_pin_reserves_nothing_but_waits_for_its_children(
+    hashes: tuple[int, ...],
+) -> None:
+    """A workflow call's conversation is held by a soft pin in the engine: the ledger
+    frees all of it at completion, and the call is done only with its continuation."""
     mm = manager(40, [40, 40])
-    first = TaskMemory(0, 6, 3, hashes=(1, 2, 3))  # 3 prompt blocks, 3 private
+    first = TaskMemory(0, 6, 3, hashes=hashes)
     mm.allocate(first)
     assert state(mm) == (6, [6, 0])
-    assert mm.complete(first, children=1, prefix_keys=(1, 2, 3, 4, 5)) == []
-    assert first.held_hashes == (1, 2, 3, 4, 5)
-    assert state(mm) == (5, [5, 0])
-    second = TaskMemory(1, 8, 0, first, hashes=(1, 2, 3, 4, 5, 6))
-    assert mm.charge(second) == 3  # key 6 and two private blocks
+    assert mm.complete(first, children=1, reserve_prefix=False) == []
+    assert (first.held_blocks, first.held_hashes) == (0, ())
+    assert state(mm) == (0, [0, 0])
+    second = TaskMemory(1, 8, 0, first, hashes=(*hashes, 4) if hashes else ())
+    assert mm.charge(second) == 8
     mm.allocate(second)
-    assert state(mm) == (8, [5, 3])
     assert mm.complete(second, children=0) == [second, first]
     assert state(mm) == (0, [0, 0])
 

@@ -12,21 +12,19 @@ A task's *prefix parent* is the LLM node whose prompt and answer its own prompt 
 is measured against.
 
 **What a finished call holds.** Unlike the relational front end's reservation tree, a
-workflow task holds its prompt and answer for the calls that continue its conversation
-only when the run asks (``ProgramContext.hold_continued_prefixes``: cache-aware with
-explicit pinning does) *and* every other input of each such call is already on its way -
-started or done - when it finishes: a debate's first-round answer is held while the
-other agents' first rounds finish, then read by its own second round. A dependent that
-waits on calls not yet started can come much later (a reflection's final answer waits
-for two critics in a row), and holding across that gap starved the batch of memory
-(measured on the simulator at 1,408 KV tokens: Reflect took 90.1 s holding, 57.1 s
-without, with the same prefill). Only explicit pins keep vLLM's LRU from evicting what
-the ledger holds: with virtual pinning the held blocks age out of the cache anyway, and
-holding them only cut the batch's memory (Debate 46.7 s holding against 45.3 s without,
-Trading 181.2 s against 171.4 s; with explicit pins Debate 42.4 s at the minimum
-prefill, Trading 176.9 s against 177.8 s without holding; see BENCHMARKS.md, *Held
-conversations*). Prompts that start alike - a system prompt, a query's context, a
-conversation and its continuation - are charged once while their calls run together
+workflow task reserves nothing in the ledger once its call is done. When the run asks
+(``ProgramContext.hold_continued_prefixes``: cache-aware with explicit pinning does), a
+call whose conversation other calls continue keeps its prompt and answer under a *soft*
+pin until they are done: vLLM's LRU then evicts other free blocks first, and the engine
+gives the pin up (newest first) when a call cannot get its blocks, so holding never
+costs a call its place. A debate's first-round answer is kept while the other agents'
+first rounds finish, then read by its own second round. Held in the ledger instead
+(hard), the answers cut the number of calls running at once. On the simulator Debate
+then reached the minimum prefill in 42.4 s against 45.3 s, but on real vLLM (CPU)
+it took 40.7 s against 32.3 s (see BENCHMARKS.md, *Held conversations*).
+
+Prompts that start alike - a system prompt, a query's context, a conversation and its
+continuation - are charged once while their calls run together
 (:class:`~kalypso.core.memory.MemoryManager`), and the cache-aware order brings
 dependent calls close to what they extend. Stages are the LLM nodes' depths in the
 dependency DAG.
@@ -49,7 +47,7 @@ from kalypso.core.program import (
     render_prompt,
 )
 from kalypso.core.prompt import Prompt, TokenIds
-from kalypso.engine.blocks import cache_hit_tokens, chain_keys, shared_full_blocks
+from kalypso.engine.blocks import cache_hit_tokens, shared_full_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -270,8 +268,7 @@ class DataflowProgram:
 
     def prefix_holders(self, children: Sequence[TaskProgram]) -> int:
         """The calls that continue this one's conversation, when the run holds such
-        prefixes and every other input of each of them is already on its way (started or
-        done); otherwise 0 (see the module docstring). Each of them names this task its
+        prefixes; otherwise 0 (see the module docstring). Each of them names this task its
         prefix parent and releases it when done, skipped ones included."""
         if self.node is None or not self.flow.context.hold_continued_prefixes:
             return 0
@@ -282,18 +279,12 @@ class DataflowProgram:
             for node in (graph.node(d) for d in self.flow.plan.dependents[me])
             if isinstance(node, LLMNode) and node.continue_from == me
         ]
-        on_the_way = self.flow.started | self.flow.done
-        if not continuing or any(not set(n.deps) <= on_the_way for n in continuing):
-            return 0
         return len(continuing)
 
-    def held_prefix_keys(self) -> tuple[int, ...] | None:
-        """The full blocks of this call's prompt and answer (what a continuing call's
-        prompt starts with, token for token)."""
-        assert self.node is not None
-        outcome = self.flow.instance.outputs[self.node.node_id]
-        ids = outcome.prompt_token_ids + outcome.output_token_ids
-        return tuple(chain_keys(ids, self.flow.context.block_size_tokens))
+    @property
+    def holds_by_soft_pin(self) -> bool:
+        """A call's prompt and answer are held by a soft pin (see the module docstring)."""
+        return True
 
     def output(self) -> Instance | None:
         if self.flow.finished or self.flow.remaining > 0:

@@ -164,23 +164,25 @@ class MemoryManager:
         self.ledger.task_started(self.owner)
 
     def complete(
-        self, task: TaskMemory, *, children: int, prefix_keys: tuple[int, ...] | None = None
+        self, task: TaskMemory, *, children: int, reserve_prefix: bool = True
     ) -> list[TaskMemory]:
         """``task`` finished with ``children`` new child tasks (0 if filtered or last).
 
-        With known keys, it holds ``prefix_keys`` for them (the full blocks of its prompt
-        and answer, for calls that continue a conversation), or by default its first
-        prompt's full blocks up to its prefix. Returns the tasks that became *done* (their
-        memory is fully released), in order.
+        Until they are done it holds its prefix for them (its first prompt's full blocks
+        up to ``prefix_blocks``), or with ``reserve_prefix=False`` nothing: it only waits
+        for them (what it holds is kept elsewhere, by a soft pin in the engine). Returns
+        the tasks that became *done* (their memory is fully released), in order.
         """
         task.completed = True
         task.pending_children = children
         self._stop(task)
         if children > 0:
-            if task.hashes:
+            if not reserve_prefix:
                 self._hold(task, 0)
-                held = task.hashes[: task.prefix_blocks] if prefix_keys is None else prefix_keys
-                self._reference(task, held)
+                self._reference(task, ())
+            elif task.hashes:
+                self._hold(task, 0)
+                self._reference(task, task.hashes[: task.prefix_blocks])
             else:
                 own_prefix = task.prefix_blocks - task.shared_blocks
                 self._hold(task, max(0, min(own_prefix, task.total_blocks)))

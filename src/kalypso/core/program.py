@@ -40,8 +40,8 @@ class ProgramContext:
     block_size_tokens: int
     stats_for: StatsFor
     hold_continued_prefixes: bool = False
-    """A DAG's finished call keeps its prompt and answer held for the calls that continue
-    its conversation (see :mod:`kalypso.core.dataflow`): the policy's
+    """A DAG's finished call keeps its prompt and answer under a soft pin for the calls
+    that continue its conversation (see :mod:`kalypso.core.dataflow`): the policy's
     :attr:`~kalypso.core.policies.base.Policy.holds_continued_prefixes`, under explicit
     pinning."""
 
@@ -128,9 +128,13 @@ class TaskProgram(Protocol):
         task their ``prefix_parent``: its prefix is held until they are all done."""
         ...
 
-    def held_prefix_keys(self) -> tuple[int, ...] | None:
-        """The chained keys of the full blocks held for those tasks, once this one ran
-        (None: the full blocks of its first prompt up to its prefix)."""
+    @property
+    def holds_by_soft_pin(self) -> bool:
+        """How this task holds for those tasks. False: its first prompt's full blocks up
+        to its prefix are reserved in the ledger (and, under explicit pinning, hard-pinned
+        in the engine). True: nothing is reserved; under explicit pinning every full block
+        of its calls is *soft*-pinned, which the engine gives up when a request cannot
+        get its blocks."""
         ...
 
     def output(self) -> Instance | None:
@@ -208,8 +212,9 @@ class StageProgram:
     def prefix_holders(self, children: Sequence[TaskProgram]) -> int:
         return len(children)
 
-    def held_prefix_keys(self) -> tuple[int, ...] | None:
-        return None
+    @property
+    def holds_by_soft_pin(self) -> bool:
+        return False
 
     def output(self) -> Instance | None:
         last = self.stage.index + 1 == len(self._stages)

@@ -370,6 +370,8 @@ class PipelineRunner:
             greedy=node.greedy,
             temperature=node.temperature,
             pin_key=task.pin_key,
+            pin_blocks=task.pin_blocks if task.pin_key is not None else None,
+            pin_soft=task.pin_soft and task.pin_key is not None,
             allowed_token_ids=tuple(decision_ids) if decision_ids else None,
             logprobs=len(decision_ids) if decision_ids else None,
             timeout_s=state.options.call_timeout_s,

@@ -58,6 +58,9 @@ class Task:
     admitted: bool = False
     """Once admitted, the task keeps the reservation and bounds it was admitted with."""
     pin_key: str | None = None
+    pin_blocks: int | None = None
+    """With ``pin_key``: pin only this many leading full blocks (None: all)."""
+    pin_soft: bool = False
     priority: int = 0
 
     @property
@@ -335,6 +338,10 @@ class SchedulerCore:
             task.stage, self.num_stages, self.settings.explicit_pinning
         )
         task.pin_key = f"{self.owner}:task{task.task_id}" if pins else None
+        # a hard pin covers what the ledger reserves for the children, no more: blocks
+        # pinned beyond it could fill the cache behind the ledger's back
+        task.pin_soft = task.program.holds_by_soft_pin
+        task.pin_blocks = None if task.pin_soft else task.memory.prefix_blocks
         logger.debug(
             "%s: admit stage %d %s (%d blocks, ledger %d/%d)",
             self.owner,
@@ -403,8 +410,9 @@ class SchedulerCore:
             self.outputs.append(output)
         if self.policy.memory_aware:
             holders = program.prefix_holders([c.program for c in children])
-            keys = program.held_prefix_keys() if holders else None
-            done = self.memory.complete(task.memory, children=holders, prefix_keys=keys)
+            done = self.memory.complete(
+                task.memory, children=holders, reserve_prefix=not program.holds_by_soft_pin
+            )
         else:
             done = [task.memory] if not children else []
         for finished in done:

@@ -9,8 +9,10 @@ KV blocks (what the cache can hold); each distinct prefix is warmed once.
 
 The warm-up runs inside the timed run (the paper's reference code warms before it and
 does not report the time). With an engine that supports explicit pinning, ``pin=True``
-keeps the warmed blocks resident under one key until :meth:`Warmer.release` (the run's
-end, or the core's deadlock recovery, which unpins everything).
+(the workflow front end sets it under ``pinning="explicit"``) keeps the warmed blocks
+resident under one *soft* pin until :meth:`Warmer.release` (the run's end): the engine
+gives them up when a request cannot get its blocks, newest pins first, so the run's
+shared prefixes, pinned before anything else, are the last to go.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ class Warmer:
             prompt_token_ids=prefix,
             max_tokens=1,
             priority=WARM_PRIORITY,
-            pin_key=f"{self.owner}:warm" if self.pin and self.engine.supports_pinning else None,
+            pin_key=f"{self.owner}:warm" if self.pinned else None,
+            pin_soft=self.pinned,
         )
         try:
             result = await self.engine.generate(request)
@@ -95,5 +98,10 @@ class Warmer:
                 task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self.pin and self.engine.supports_pinning:
+        if self.pinned:
             await self.engine.unpin(f"{self.owner}:warm")
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the warm-ups pin what they warm (asked for, and the engine can)."""
+        return self.pin and self.engine.supports_pinning

@@ -219,7 +219,13 @@ async def arun(
 
     warmer = None
     if switches.warm:
-        warmer = Warmer(engine, state.layout, owner, switches.warm_min_tokens)
+        warmer = Warmer(
+            engine,
+            state.layout,
+            owner,
+            switches.warm_min_tokens,
+            pin=options.pinning == "explicit",
+        )
         warmer.start([n for n in lowered.graph.nodes if isinstance(n, LLMNode)])
     try:
         with ProgressView(enabled=options.progress, hit_rate=hit_rate) as view:

@@ -114,10 +114,10 @@ class Policy:
     requests sent together over concurrent connections arrive in any order."""
     ranked: bool = False
     holds_continued_prefixes: bool = False
-    """In a DAG run with explicit pinning, a finished call's prompt and answer stay
-    reserved and pinned for the calls that continue its conversation, when every other
-    input of those calls is already on its way (:mod:`kalypso.core.dataflow`). A
-    relational run always holds its prefixes for its children (Algorithm 1)."""
+    """In a DAG run with explicit pinning, a finished call's prompt and answer stay under
+    a soft pin for the calls that continue its conversation, until they are done
+    (:mod:`kalypso.core.dataflow`). A relational run always holds its prefixes for its
+    children (Algorithm 1)."""
 
     def prepare(self, plan: PlanInfo) -> None:
         """See the run before it starts (ranked policies build their order here)."""
