@@ -90,6 +90,9 @@ class InstantEngine:
     async def unpin_all(self) -> None:
         return None
 
+    async def stalled_requests(self) -> int:
+        return 0
+
     async def close(self) -> None:
         return None
 

@@ -17,7 +17,8 @@ Systems (``--systems``):
 ``lspf``                      all ready calls, the engine longest-cached-prefix first
 ``no-cse`` ... ``no-warm``    ``kalypso`` without one part (the paper's Table 3 ablation)
 ``kalypso-pinned``            ``kalypso`` with explicit pins (vLLM's pinning scheduler
-                              class, a server of its own): held conversations stay cached
+                              class, a server of its own): held conversations and warmed
+                              prefixes stay cached under soft pins
 ``langgraph``                 the real LangGraph library in its own venv, same server
 ============================  ===========================================================
 
@@ -66,8 +67,8 @@ SYSTEMS: dict[str, tuple[str, WorkflowOptions]] = {
     "kalypso-pinned": ("cache-aware", ON),
 }
 EXPLICIT_PINNING = ("kalypso-pinned",)
-"""Systems run with explicit pins (vLLM keeps what the ledger holds, held conversations
-included); the others pin virtually."""
+"""Systems run with explicit pins (soft pins for held conversations and warm-ups); the
+others pin virtually."""
 DEFAULT_SYSTEMS = (*SYSTEMS, "langgraph")
 EXTERNAL = ("langgraph",)
 LANGGRAPH_PYTHON = Path(".venv-langgraph/bin/python")

@@ -194,9 +194,11 @@ async def test_constrained_request_and_logprobs_round_trip() -> None:
 async def test_pin_key_blocks_and_softness_travel_in_vllm_xargs() -> None:
     async def answer(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
-        if "kalypso_ping" in body.get("vllm_xargs", {}):
+        xargs = body.get("vllm_xargs", {})
+        if "kalypso_ping" in xargs or "kalypso_stalled" in xargs:
             reply = completion([], "stop")
-            reply["choices"][0]["stop_reason"] = "kalypso-pinning:released=0"  # type: ignore[index]
+            number = 2 if "kalypso_stalled" in xargs else 0
+            reply["choices"][0]["stop_reason"] = f"kalypso-pinning:released={number}"  # type: ignore[index]
             return httpx.Response(200, json=reply)
         return httpx.Response(200, json=completion([9], "length"))
 
@@ -208,9 +210,10 @@ async def test_pin_key_blocks_and_softness_travel_in_vllm_xargs() -> None:
         await engine.generate(_request("hard", pin_key="k1"))
         await engine.generate(_request("soft", pin_key="k2", pin_blocks=3, pin_soft=True))
         await engine.generate(_request("none"))
+        assert await engine.stalled_requests() == 2
     finally:
         await engine.close()
-    hard, soft, none = server.bodies[-3:]
+    hard, soft, none = server.bodies[-4:-1]
     assert hard["vllm_xargs"] == {"kalypso_pin": "k1"}
     assert soft["vllm_xargs"] == {
         "kalypso_pin": "k2",

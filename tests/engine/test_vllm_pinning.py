@@ -303,13 +303,34 @@ async def test_cache_full_of_pins_shows_waiting_without_running_until_unpin_all(
         assert not task.done()
         still = await engine.stats()
         assert (still.waiting_requests, still.running_requests) == (1, 0)
+        assert await engine.stalled_requests() == 1
         await engine.unpin_all()
         result = await asyncio.wait_for(task, timeout=60)
         assert result.finish_reason in ("stop", "length")
+        assert await engine.stalled_requests() == 0
     finally:
         if not task.done():
             await engine.unpin_all()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_request_queued_behind_a_running_one_is_not_stalled(clean: PinningEngine) -> None:
+    """The conformance engine runs one request at a time: the second waits while the
+    first decodes, which is progress, not a stall (pins or no pins)."""
+    engine = clean
+    long = GenerateRequest("long", tuple(_tokens(engine, 470, 64)), 400, ignore_eos=True)
+    queued = GenerateRequest("queued", tuple(_tokens(engine, 471, 64)), 2)
+    first = asyncio.ensure_future(engine.generate(long))
+    second = asyncio.ensure_future(engine.generate(queued))
+    try:
+        both, _ = await _wait_stats(
+            engine, lambda s: s.running_requests == 1 and s.waiting_requests == 1, 30.0
+        )
+        assert (both.running_requests, both.waiting_requests) == (1, 1), both
+        assert await engine.stalled_requests() == 0
+    finally:
+        await asyncio.gather(first, second, return_exceptions=True)
+    assert first.result().output_token_ids and second.result().output_token_ids
 
 
 async def test_request_held_waiting_by_pins_times_out_and_the_engine_serves_on(

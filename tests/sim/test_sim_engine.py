@@ -219,19 +219,27 @@ def test_request_that_cannot_fit_beside_pinned_blocks_fails_when_asked() -> None
 def test_pinned_out_request_waits_like_vllm_until_unpinned() -> None:
     """The deadlock shape the scheduler detects: waiting requests and none running."""
 
-    async def scenario() -> tuple[int, int, GenerateResult]:
+    async def scenario() -> tuple[int, int, int, GenerateResult, int]:
         engine = make_engine(num_blocks=8)
         await engine.generate(make_request("p", range(16), pin_key="k"))
         big = asyncio.ensure_future(engine.generate(make_request("big", range(200, 220))))
         for _ in range(50):
             await asyncio.sleep(0)
         stats = await engine.stats()
+        stalled = await engine.stalled_requests()
         assert not big.done()
         await engine.unpin_all()
-        return stats.waiting_requests, stats.running_requests, await big
+        result = await big
+        return (
+            stats.waiting_requests,
+            stats.running_requests,
+            stalled,
+            result,
+            await engine.stalled_requests(),
+        )
 
-    waiting, running, result = run(scenario())
-    assert (waiting, running) == (1, 0)
+    waiting, running, stalled, result, stalled_after = run(scenario())
+    assert (waiting, running, stalled, stalled_after) == (1, 0, 1, 0)
     assert result.prompt_tokens == 20
 
 

@@ -279,9 +279,20 @@ class PipelineRunner:
         would release them wait for it: the engine then has waiting requests and none
         running. Release every pin and continue with virtual pinning; returns whether it
         did."""
-        stats = await self.state.engine.stats()
-        if stats.waiting_requests > 0 and stats.running_requests == 0:
-            logger.info("%s: pins deadlocked the engine; unpinning all", self.state.owner)
+        stalled = await self.state.engine.stalled_requests()
+        if stalled:
+            stats = await self.state.engine.stats()
+            ledger = self.state.ledger
+            logger.info(
+                "%s: pins deadlocked the engine (%d waiting, none running, KV %.1f%% used;"
+                " ledger %d/%d blocks, %d of this run's tasks in flight); unpinning all",
+                self.state.owner,
+                stalled,
+                100 * stats.kv_usage_fraction,
+                ledger.reserved_blocks,
+                ledger.capacity_blocks,
+                len(self.core.running),
+            )
             self.core.stop_pinning()
             await self.state.engine.unpin_all()
             return True

@@ -310,6 +310,13 @@ class Engine(Protocol):
         """Release every pin (deadlock recovery)."""
         ...
 
+    async def stalled_requests(self) -> int:
+        """Requests the engine's next scheduling step leaves waiting while none runs (0
+        when anything runs): how a cache full of pins shows. Needs pinning (it is asked
+        only where pins are). Unlike :meth:`stats`, which vLLM's server reports as of the
+        end of the last step, it cannot mistake a long step for a stall."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -72,6 +72,7 @@ from kalypso.engine.vllm_pinning import (
     CANCEL_ARG,
     PING_ARG,
     PINNING_SCHEDULER_CLS,
+    STALLED_ARG,
     UNPIN_ALL_ARG,
     UNPIN_ARG,
     parse_control_stop_reason,
@@ -520,6 +521,15 @@ class HTTPVLLMEngine:
             UnsupportedFeatureError: not connected with ``pinning=True``.
         """
         await self._control({UNPIN_ALL_ARG: 1})
+
+    async def stalled_requests(self) -> int:
+        """Requests the engine's next step leaves waiting while none runs (the pinning
+        scheduler counts them at that step).
+
+        Raises:
+            UnsupportedFeatureError: the engine runs without the pinning scheduler.
+        """
+        return await self._control({STALLED_ARG: 1})
 
     async def _control(self, xargs: dict[str, Any]) -> int:
         """Send a control request to the pinning scheduler; returns the block references

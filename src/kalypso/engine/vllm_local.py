@@ -56,6 +56,7 @@ from kalypso.engine.protocol import (
 from kalypso.engine.vllm_pinning import (
     CANCEL_ARG,
     PINNING_SCHEDULER_CLS,
+    STALLED_ARG,
     UNPIN_ALL_ARG,
     UNPIN_ARG,
     parse_control_stop_reason,
@@ -419,6 +420,15 @@ class LocalVLLMEngine:
             UnsupportedFeatureError: the engine runs without the pinning scheduler.
         """
         await self._control({UNPIN_ALL_ARG: 1})
+
+    async def stalled_requests(self) -> int:
+        """Requests the engine's next step leaves waiting while none runs (the pinning
+        scheduler counts them at that step).
+
+        Raises:
+            UnsupportedFeatureError: the engine runs without the pinning scheduler.
+        """
+        return await self._control({STALLED_ARG: 1})
 
     async def _control(self, extra_args: dict[str, Any]) -> int:
         """Send a control request to the pinning scheduler; returns the block references

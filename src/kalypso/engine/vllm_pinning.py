@@ -41,6 +41,12 @@ over HTTP the completions body's ``vllm_xargs``):
   has its pinned blocks released. ``n`` in the reply counts the released references.
 * ``{"kalypso_ping": 1}``: a control request that releases nothing; its ``stop_reason``
   carrying :data:`CONTROL_STOP_REASON_PREFIX` proves the scheduler is installed.
+* ``{"kalypso_stalled": 1}``: a control request whose ``n`` is the number of requests
+  left waiting, with none running, by the scheduling of the engine step that answers it
+  (0 when anything runs): what a cache full of pins looks like, measured at a step.
+  vLLM's ``/metrics`` gauges cannot tell this: they are set at the end of each step, so
+  during a long step (a large prefill on CPU) they still show the step before it, which
+  may have finished every running request and left new ones waiting.
 
 Control requests need a prompt (one token will do) and ``max_tokens=1``; their priority is
 irrelevant: they are answered after the engine step that follows their arrival, even
@@ -66,10 +72,12 @@ Limits:
 
 vLLM internals relied on (vLLM 0.32; none is a stable API, recheck on upgrade):
 ``Scheduler.add_request``, ``Scheduler._free_blocks`` (called once per finished request
-when its blocks are released), ``Scheduler.update_from_output`` (returns
-``{client_index: EngineCoreOutputs}``), ``Scheduler.has_requests`` (the engine core steps
-only while it is true), ``Scheduler.reset_prefix_cache``, ``Scheduler.kv_cache_manager``
-(``get_blocks(request_id).blocks``, ``block_pool.touch`` and ``block_pool.free_blocks``),
+when its blocks are released), ``Scheduler.schedule``, ``Scheduler.get_request_counts``,
+``Scheduler.update_from_output`` (returns ``{client_index: EngineCoreOutputs}``),
+``Scheduler.has_requests`` (the engine core steps only while it is true),
+``Scheduler.reset_prefix_cache``, ``Scheduler.kv_cache_manager`` (``allocate_slots``,
+which returns None before changing anything when blocks are short;
+``get_blocks(request_id).blocks``, ``block_pool.touch`` and ``block_pool.free_blocks``),
 ``Request.sampling_params.extra_args``, ``Request.status``, ``Request.client_index``,
 ``KVCacheBlock.block_hash`` / ``is_null``, ``EngineCoreOutput`` (with its ``events``),
 ``EngineCoreEvent`` / ``EngineCoreEventType`` and ``FinishReason``.
@@ -109,7 +117,10 @@ CANCEL_ARG = "kalypso_cancel"
 """Extra argument of a control request: the client's id of a request it gave up on."""
 PING_ARG = "kalypso_ping"
 """Extra argument of a control request that only proves the scheduler is there."""
-CONTROL_ARGS = (UNPIN_ARG, UNPIN_ALL_ARG, CANCEL_ARG, PING_ARG)
+STALLED_ARG = "kalypso_stalled"
+"""Extra argument of a control request: how many requests the next step left waiting
+while none ran."""
+CONTROL_ARGS = (UNPIN_ARG, UNPIN_ALL_ARG, CANCEL_ARG, PING_ARG, STALLED_ARG)
 
 CONTROL_STOP_REASON_PREFIX = "kalypso-pinning:released="
 """A control request's ``stop_reason`` is this prefix followed by the number of block
@@ -174,8 +185,11 @@ def _build_pinning_scheduler() -> type[Scheduler]:
             order."""
             self._kalypso_cancelled: set[str] = set()
             """Ids of live requests whose client cancelled them: they do not pin."""
-            self._kalypso_replies: list[tuple[int, EngineCoreOutput]] = []
-            """(client index, output) of control requests answered at the next step."""
+            self._kalypso_replies: list[tuple[int, str, int | None]] = []
+            """(client index, request id, number to answer) of control requests answered
+            at the next step; None: the requests that step leaves stalled."""
+            self._kalypso_stalled = 0
+            """Requests the last ``schedule`` left waiting while none ran."""
             self._kalypso_soft: dict[str, None] = {}
             """Keys pinned softly, in pinning order (the last is released first)."""
             self.kalypso_soft_released_blocks = 0
@@ -199,29 +213,18 @@ def _build_pinning_scheduler() -> type[Scheduler]:
             if not any(arg in extra for arg in CONTROL_ARGS):
                 super().add_request(request)
                 return
+            answer: int | None
             if UNPIN_ALL_ARG in extra:
-                released = self.kalypso_unpin_all()
+                answer = self.kalypso_unpin_all()
             elif UNPIN_ARG in extra:
-                released = self.kalypso_unpin(str(extra[UNPIN_ARG]))
+                answer = self.kalypso_unpin(str(extra[UNPIN_ARG]))
             elif CANCEL_ARG in extra:
-                released = self.kalypso_cancel(str(extra[CANCEL_ARG]))
+                answer = self.kalypso_cancel(str(extra[CANCEL_ARG]))
+            elif STALLED_ARG in extra:
+                answer = None
             else:
-                released = 0
-            # queued and scheduled now: without these events vLLM's frontend takes the
-            # request's scheduled time as 0 and records the whole monotonic clock (hours)
-            # as its prefill time, in the histogram the engines' stats read
-            now = time.monotonic()
-            reply = EngineCoreOutput(
-                request_id=request.request_id,
-                new_token_ids=[],
-                finish_reason=FinishReason.STOP,
-                stop_reason=f"{CONTROL_STOP_REASON_PREFIX}{released}",
-                events=[
-                    EngineCoreEvent.new_event(EngineCoreEventType.QUEUED, now),
-                    EngineCoreEvent.new_event(EngineCoreEventType.SCHEDULED, now),
-                ],
-            )
-            self._kalypso_replies.append((request.client_index, reply))
+                answer = 0
+            self._kalypso_replies.append((request.client_index, request.request_id, answer))
             if self.finished_req_ids_dict is not None:
                 self.finished_req_ids_dict[request.client_index].add(request.request_id)
 
@@ -302,11 +305,39 @@ def _build_pinning_scheduler() -> type[Scheduler]:
         def has_requests(self) -> bool:
             return bool(self._kalypso_replies) or super().has_requests()
 
+        def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+            output = super().schedule(*args, **kwargs)
+            running, waiting = self.get_request_counts()
+            self._kalypso_stalled = waiting if running == 0 else 0
+            return output
+
         def update_from_output(
             self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
         ) -> dict[int, EngineCoreOutputs]:
             outputs = super().update_from_output(scheduler_output, model_runner_output)
-            replies, self._kalypso_replies = self._kalypso_replies, []
+            pending, self._kalypso_replies = self._kalypso_replies, []
+            # queued and scheduled now: without these events vLLM's frontend takes the
+            # request's scheduled time as 0 and records the whole monotonic clock (hours)
+            # as its prefill time, in the histogram the engines' stats read
+            now = time.monotonic()
+            events = [
+                EngineCoreEvent.new_event(EngineCoreEventType.QUEUED, now),
+                EngineCoreEvent.new_event(EngineCoreEventType.SCHEDULED, now),
+            ]
+            replies = [
+                (
+                    client_index,
+                    EngineCoreOutput(
+                        request_id=request_id,
+                        new_token_ids=[],
+                        finish_reason=FinishReason.STOP,
+                        stop_reason=f"{CONTROL_STOP_REASON_PREFIX}"
+                        f"{self._kalypso_stalled if answer is None else answer}",
+                        events=list(events),
+                    ),
+                )
+                for client_index, request_id, answer in pending
+            ]
             for client_index, reply in replies:
                 eco = outputs.get(client_index)
                 if eco is None:

@@ -304,6 +304,11 @@ class SimEngine:
             self.block_pool.unpin(pin_key)
         self._wake_loop()
 
+    async def stalled_requests(self) -> int:
+        """Requests waiting while none runs (exact: the virtual clock stands still between
+        steps)."""
+        return 0 if self._scheduler.running else self._scheduler.num_waiting
+
     async def close(self) -> None:
         """Stop the step loop and fail every pending request with EngineError."""
         if self._closed_reason is not None:
