@@ -12,7 +12,7 @@ from kalypso.core.graph import Decision, LLMNode
 from kalypso.core.instance import Instance
 from kalypso.core.ledger import KVLedger
 from kalypso.core.policies import get_policy
-from kalypso.core.program import PlannedCall, TaskProgram
+from kalypso.core.program import HoldKind, PlannedCall, TaskProgram
 from kalypso.core.prompt import ChatLayout, Prompt
 from kalypso.core.scheduler import CoreSettings, SchedulerCore, TaskOutcome
 from kalypso.engine.sim import WordTokenizer
@@ -85,8 +85,8 @@ class FakeProgram:
         return len(children)
 
     @property
-    def holds_by_soft_pin(self) -> bool:
-        return False
+    def holds_with(self) -> HoldKind:
+        return "ledger"
 
     def output(self) -> Instance | None:
         last = self.stage + 1 == len(self.workload.sizes)

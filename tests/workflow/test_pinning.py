@@ -206,9 +206,12 @@ class RecordingSim(SimEngine):
 
 
 @pytest.mark.parametrize("pinning", ["virtual", "explicit"])
-async def test_warm_ups_are_soft_pinned_only_under_explicit_pinning_and_released_at_the_end(
+async def test_only_warm_ups_and_continued_calls_are_soft_pinned_and_all_pins_released(
     pinning: str,
 ) -> None:
+    """Under explicit pinning the warm-ups and the 24 first rounds (the calls a second
+    round continues) carry soft pins, and no other call pins anything; under virtual
+    pinning nothing does. Nothing is pinned after the run."""
     engine = RecordingSim(num_blocks=88, block_size_tokens=16)
     job = workload("debate", "small")
     result = await arun(
@@ -224,6 +227,10 @@ async def test_warm_ups_are_soft_pinned_only_under_explicit_pinning_and_released
     pinned = pinning == "explicit"
     assert all((r.pin_key is not None, r.pin_soft) == (pinned, pinned) for r in warm)
     calls = [r for r in engine.requests if ":warm:" not in r.request_id]
-    assert all(r.pin_soft == pinned and r.pin_blocks is None for r in calls if r.pin_key)
+    soft = [r for r in calls if r.pin_key is not None and r.pin_soft and r.pin_blocks is None]
+    assert len(soft) == (24 if pinned else 0)
+    first_rounds = {f"agent{i}_r0" for i in range(3)} if pinned else set()
+    assert {r.request_id.split(":")[1] for r in soft} == first_rounds
+    assert sum(r.pin_key is not None for r in calls) == len(soft)
     assert engine.block_pool.num_pinned_blocks == 0
     await engine.close()

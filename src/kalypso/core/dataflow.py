@@ -41,6 +41,7 @@ from kalypso.core.instance import CallOutcome, Instance, InstanceKey
 from kalypso.core.program import (
     CallStep,
     FnStep,
+    HoldKind,
     PlannedCall,
     ProgramContext,
     TaskProgram,
@@ -270,21 +271,25 @@ class DataflowProgram:
         """The calls that continue this one's conversation, when the run holds such
         prefixes; otherwise 0 (see the module docstring). Each of them names this task its
         prefix parent and releases it when done, skipped ones included."""
+        return len(self._continuing())
+
+    def _continuing(self) -> list[LLMNode]:
+        """The calls that continue this one's conversation, when the run holds them."""
         if self.node is None or not self.flow.context.hold_continued_prefixes:
-            return 0
+            return []
         me = self.node.node_id
         graph = self.flow.plan.graph
-        continuing = [
+        return [
             node
             for node in (graph.node(d) for d in self.flow.plan.dependents[me])
             if isinstance(node, LLMNode) and node.continue_from == me
         ]
-        return len(continuing)
 
     @property
-    def holds_by_soft_pin(self) -> bool:
-        """A call's prompt and answer are held by a soft pin (see the module docstring)."""
-        return True
+    def holds_with(self) -> HoldKind:
+        """A call whose conversation other calls continue holds its prompt and answer by
+        a soft pin, when the run holds them (see the module docstring)."""
+        return "soft pin" if self._continuing() else "nothing"
 
     def output(self) -> Instance | None:
         if self.flow.finished or self.flow.remaining > 0:

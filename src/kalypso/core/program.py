@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from kalypso.core.graph import FnNode, LLMNode, Stage, Text
 from kalypso.core.instance import CallOutcome, Instance, InstanceKey
@@ -30,6 +30,17 @@ from kalypso.engine.blocks import cache_hit_tokens, shared_full_blocks
 logger = logging.getLogger(__name__)
 
 StatsFor = Callable[[str], OperatorStats]
+
+HoldKind = Literal["ledger", "soft pin", "nothing"]
+"""How a task holds what the tasks naming it their prefix parent reuse:
+
+* ``"ledger"``: its first prompt's full blocks up to its prefix stay reserved in the
+  ledger until they are done, and under explicit pinning exactly those blocks are
+  hard-pinned in the engine (a relational parent);
+* ``"soft pin"``: nothing is reserved; under explicit pinning every full block of its
+  calls is *soft*-pinned until they are done, and the engine gives that pin up when a
+  request cannot get its blocks (a workflow call whose conversation is continued);
+* ``"nothing"``: no task will reuse it; it pins nothing."""
 
 
 @dataclass(frozen=True)
@@ -129,12 +140,8 @@ class TaskProgram(Protocol):
         ...
 
     @property
-    def holds_by_soft_pin(self) -> bool:
-        """How this task holds for those tasks. False: its first prompt's full blocks up
-        to its prefix are reserved in the ledger (and, under explicit pinning, hard-pinned
-        in the engine). True: nothing is reserved; under explicit pinning every full block
-        of its calls is *soft*-pinned, which the engine gives up when a request cannot
-        get its blocks."""
+    def holds_with(self) -> HoldKind:
+        """How this task holds for those tasks (see :data:`HoldKind`)."""
         ...
 
     def output(self) -> Instance | None:
@@ -213,8 +220,8 @@ class StageProgram:
         return len(children)
 
     @property
-    def holds_by_soft_pin(self) -> bool:
-        return False
+    def holds_with(self) -> HoldKind:
+        return "ledger"
 
     def output(self) -> Instance | None:
         last = self.stage.index + 1 == len(self._stages)

@@ -334,13 +334,16 @@ class SchedulerCore:
         )
         self.running[task.task_id] = task
         self.running_per_stage[task.stage] += 1
-        pins = self.pinning and self.policy.pins(
-            task.stage, self.num_stages, self.settings.explicit_pinning
+        holds = task.program.holds_with
+        pins = (
+            self.pinning
+            and holds != "nothing"
+            and self.policy.pins(task.stage, self.num_stages, self.settings.explicit_pinning)
         )
         task.pin_key = f"{self.owner}:task{task.task_id}" if pins else None
         # a hard pin covers what the ledger reserves for the children, no more: blocks
         # pinned beyond it could fill the cache behind the ledger's back
-        task.pin_soft = task.program.holds_by_soft_pin
+        task.pin_soft = holds == "soft pin"
         task.pin_blocks = None if task.pin_soft else task.memory.prefix_blocks
         logger.debug(
             "%s: admit stage %d %s (%d blocks, ledger %d/%d)",
@@ -411,7 +414,7 @@ class SchedulerCore:
         if self.policy.memory_aware:
             holders = program.prefix_holders([c.program for c in children])
             done = self.memory.complete(
-                task.memory, children=holders, reserve_prefix=not program.holds_by_soft_pin
+                task.memory, children=holders, reserve_prefix=program.holds_with == "ledger"
             )
         else:
             done = [task.memory] if not children else []
