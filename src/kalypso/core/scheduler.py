@@ -61,6 +61,7 @@ class Task:
     pin_blocks: int | None = None
     """With ``pin_key``: pin only this many leading full blocks (None: all)."""
     pin_soft: bool = False
+    """With ``pin_key``: the pin is soft (the engine gives it up under memory pressure)."""
     priority: int = 0
 
     @property
