@@ -17,7 +17,8 @@ Systems (``--systems``):
 ``lspf``                      all ready calls, the engine longest-cached-prefix first
 ``no-cse`` ... ``no-warm``    ``kalypso`` without one part (the paper's Table 3 ablation)
 ``kalypso-pinned``            ``kalypso`` with explicit pins (vLLM's pinning scheduler
-                              class, a server of its own): held conversations and warmed
+                              class, a server of its own; with ``--one-server`` the one
+                              server the others use): held conversations and warmed
                               prefixes stay cached under soft pins
 ``langgraph``                 the real LangGraph library in its own venv, same server
 ============================  ===========================================================
@@ -326,15 +327,15 @@ async def main_async(args: argparse.Namespace) -> list[WorkflowRecord]:
     if "kalypso" in systems:
         systems.remove("kalypso")
         systems.insert(0, "kalypso")
-    plain = [s for s in systems if s != "lspf" and s not in EXPLICIT_PINNING]
+    pinned = [s for s in systems if s in EXPLICIT_PINNING]
+    plain = [s for s in systems if s != "lspf" and (args.one_server or s not in EXPLICIT_PINNING)]
     references: dict[str, pd.DataFrame] = {}
-    spec = engine_spec(args, lspf=False)
+    spec = engine_spec(args, lspf=False, pinning=args.one_server and bool(pinned))
     records = await bench_engine(spec, names, plain, args.scale, references)
     if "lspf" in systems:
         spec = engine_spec(args, lspf=True)
         records += await bench_engine(spec, names, ["lspf"], args.scale, references)
-    pinned = [s for s in systems if s in EXPLICIT_PINNING]
-    if pinned:  # vLLM's pinning scheduler class: a server of its own, as LSPF's
+    if pinned and not args.one_server:  # the pinning scheduler class: a server of its own
         spec = engine_spec(args, lspf=False, pinning=True)
         records += await bench_engine(spec, names, pinned, args.scale, references)
     return records
@@ -375,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="FEWEST,MOST tokens of the simulator's answers before max_tokens cuts them"
         " (default 8,48); a real run's output_tokens per call calibrates it",
+    )
+    parser.add_argument(
+        "--one-server",
+        action="store_true",
+        help="run the pinned systems on the same server as the others (it then runs the"
+        " pinning scheduler class), to compare them without a second server",
     )
     parser.add_argument("--out", type=Path, default=Path("bench/results/workflows.json"))
     return parser

@@ -273,3 +273,35 @@ def test_workflow_bench_sets_the_simulators_answer_lengths() -> None:
     for bad in ("30,6", "0,4", "6", "a,b"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--engine", "sim", "--sim-output-tokens", bad])
+
+
+@pytest.mark.parametrize(
+    ("flags", "engines"),
+    [
+        ([], [(False, ["kalypso", "all-ready"]), (True, ["kalypso-pinned"])]),
+        (["--one-server"], [(True, ["kalypso", "all-ready", "kalypso-pinned"])]),
+    ],
+)
+def test_workflow_bench_gives_pinned_systems_a_server_of_their_own_unless_told(
+    monkeypatch: pytest.MonkeyPatch, flags: list[str], engines: list[tuple[bool, list[str]]]
+) -> None:
+    """Pinned systems need vLLM's pinning scheduler class; ``--one-server`` runs every
+    system on one such server, so that pinned and unpinned runs share an engine."""
+    import asyncio
+
+    import bench.workflow_bench as workflow_bench
+
+    seen: list[tuple[bool, list[str]]] = []
+
+    async def record(
+        spec: object, names: object, systems: list[str], *rest: object
+    ) -> list[object]:
+        seen.append((spec.pinning, systems))  # type: ignore[attr-defined]
+        return []
+
+    monkeypatch.setattr(workflow_bench, "bench_engine", record)
+    args = workflow_bench.build_parser().parse_args(
+        ["--engine", "http", "--systems", "all-ready,kalypso-pinned,kalypso", *flags]
+    )
+    asyncio.run(workflow_bench.main_async(args))
+    assert seen == engines
