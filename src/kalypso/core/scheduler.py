@@ -341,11 +341,14 @@ class SchedulerCore:
             and holds != "nothing"
             and self.policy.pins(task.stage, self.num_stages, self.settings.explicit_pinning)
         )
-        task.pin_key = f"{self.owner}:task{task.task_id}" if pins else None
-        # a hard pin covers what the ledger reserves for the children, no more: blocks
-        # pinned beyond it could fill the cache behind the ledger's back
-        task.pin_soft = holds == "soft pin"
-        task.pin_blocks = None if task.pin_soft else task.memory.prefix_blocks
+        if pins:
+            task.pin_key = f"{self.owner}:task{task.task_id}"
+            # a hard pin covers what the ledger reserves for the children, no more: blocks
+            # pinned beyond it could fill the cache behind the ledger's back
+            task.pin_soft = holds == "soft pin"
+            task.pin_blocks = None if task.pin_soft else task.memory.prefix_blocks
+        else:
+            task.pin_key, task.pin_blocks, task.pin_soft = None, None, False
         logger.debug(
             "%s: admit stage %d %s (%d blocks, ledger %d/%d)",
             self.owner,
@@ -490,7 +493,7 @@ class SchedulerCore:
         for task in self._owners.values():
             if task.pin_key is not None and task.task_id in self.running:
                 self._pins_in_flight[task.task_id] = task.pin_key
-            task.pin_key = None
+            task.pin_key, task.pin_blocks, task.pin_soft = None, None, False
 
     @property
     def pins_in_flight(self) -> bool:
