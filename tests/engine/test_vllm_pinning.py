@@ -27,7 +27,7 @@ from kalypso.engine.vllm_http import HTTPVLLMEngine
 from kalypso.engine.vllm_local import LocalVLLMEngine
 from kalypso.engine.vllm_pinning import PINNING_SCHEDULER_CLS, parse_control_stop_reason
 from kalypso.engine.vllm_settings import VLLMSettings
-from tests.conftest import conformance_vllm_settings
+from tests.conftest import conformance_vllm_settings, poll_stats_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
@@ -316,21 +316,43 @@ async def test_cache_full_of_pins_shows_waiting_without_running_until_unpin_all(
 
 async def test_a_request_queued_behind_a_running_one_is_not_stalled(clean: PinningEngine) -> None:
     """The conformance engine runs one request at a time: the second waits while the
-    first decodes, which is progress, not a stall (pins or no pins)."""
+    first decodes, which is progress, not a stall (pins or no pins).
+
+    No step depends on the machine's speed (as in the conformance suite's priority test):
+    the blocker asks for as many tokens as the context holds, the second request is sent
+    only once the blocker runs, and the blocker is cancelled once both states were seen.
+    Sent together, the short request could reach the server first, on its own connection,
+    and finish before the blocker starts, so nothing would ever queue."""
     engine = clean
-    long = GenerateRequest("long", tuple(_tokens(engine, 470, 64)), 400, ignore_eos=True)
-    queued = GenerateRequest("queued", tuple(_tokens(engine, 471, 64)), 2)
-    first = asyncio.ensure_future(engine.generate(long))
-    second = asyncio.ensure_future(engine.generate(queued))
+    prompt_tokens = 64
+    blocker = GenerateRequest(
+        "blocker",
+        tuple(_tokens(engine, 470, prompt_tokens)),
+        engine.capacity.max_model_len_tokens - prompt_tokens - 8,
+        ignore_eos=True,
+    )
+    queued = GenerateRequest("queued", tuple(_tokens(engine, 471, prompt_tokens)), 2)
+    blocker_task = asyncio.ensure_future(engine.generate(blocker))
     try:
-        both, _ = await _wait_stats(
-            engine, lambda s: s.running_requests == 1 and s.waiting_requests == 1, 30.0
+        await poll_stats_until(lambda s: s.running_requests == 1, engine, blocker_task.done)
+        assert not blocker_task.done(), "the blocker finished before the second was sent"
+        queued_task = asyncio.ensure_future(engine.generate(queued))
+        await poll_stats_until(
+            lambda s: (s.running_requests, s.waiting_requests) == (1, 1),
+            engine,
+            blocker_task.done,
         )
-        assert (both.running_requests, both.waiting_requests) == (1, 1), both
+        assert not blocker_task.done(), "the blocker finished before the second queued"
         assert await engine.stalled_requests() == 0
+        blocker_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await blocker_task
+        result = await asyncio.wait_for(queued_task, timeout=60)
+        assert result.output_token_ids
     finally:
-        await asyncio.gather(first, second, return_exceptions=True)
-    assert first.result().output_token_ids and second.result().output_token_ids
+        if not blocker_task.done():
+            blocker_task.cancel()
+            await asyncio.gather(blocker_task, return_exceptions=True)
 
 
 async def test_request_held_waiting_by_pins_times_out_and_the_engine_serves_on(
