@@ -284,14 +284,14 @@ def external_record(
         cached_tokens=cached,
         prefill_tokens=prompt - cached,
         min_prefill_tokens=0,
-        output_tokens=0,
+        output_tokens=int(measured["output_tokens"]),  # type: ignore[call-overload]
         hit_rate=round(cached / max(1, prompt), 4),
         result_cache_hits=0,
         merged_calls=0,
         warmed_prefixes=0,
-        prefill_s=0.0,
-        decode_s=0.0,
-        preemptions=0,
+        prefill_s=round(float(measured["prefill_time_s"]), 3),  # type: ignore[arg-type]
+        decode_s=round(float(measured["decode_time_s"]), 3),  # type: ignore[arg-type]
+        preemptions=int(measured["preemptions"]),  # type: ignore[call-overload]
         outputs_equal=0.0 if reference is None else equal_fraction(outputs, reference),
         accuracy=None,
     )

@@ -13,7 +13,8 @@ its own: what LangGraph users get.
     .venv-langgraph/bin/python bench/external/langgraph_runner.py JOB.json OUT.json
 
 JOB: ``{"workflow", "scale", "base_url", "model"}``; OUT: time of the timed run (Trading:
-its second day), LLM calls, the server's prompt and cached token counters, the outputs.
+its second day), LLM calls, the server's counters over it (``server_counters.py``: prompt,
+cached and generated tokens, prefill and decode seconds, preemptions), the outputs.
 """
 
 from __future__ import annotations
@@ -25,31 +26,13 @@ import time
 from pathlib import Path
 from typing import Any, TypedDict
 
-import httpx
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
+from server_counters import counters, run_record  # beside this script
 
 from kalypso.workflow.dsl import LLM, Fn, Input, Text, Value, Workflow
 from kalypso.workflow.library import workload
-
-
-def metrics(base_url: str) -> dict[str, float]:
-    """The server's prompt, cached-prompt and request counters (Prometheus text)."""
-    text = httpx.get(f"{base_url}/metrics", timeout=10).text
-    wanted = {
-        "vllm:prompt_tokens_total": "prompt_tokens",
-        "vllm:prefix_cache_hits_total": "cached_tokens",
-        "vllm:request_success_total": "requests",
-    }
-    out = dict.fromkeys(wanted.values(), 0.0)
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        name = line.split("{")[0].split(" ")[0]
-        if name in wanted:
-            out[wanted[name]] += float(line.rsplit(" ", 1)[1])
-    return out
 
 
 def text_of(value: Value, state: dict[str, Any]) -> str | None:
@@ -158,22 +141,18 @@ async def run_job(job: dict[str, Any]) -> dict[str, Any]:
         queries = [
             dict(zip(inputs, values, strict=True)) for values in zip(*inputs.values(), strict=True)
         ]
-        before = metrics(job["base_url"])
+        before = counters(job["base_url"])
         started = time.monotonic()
         states = await compiled.abatch(queries)
         elapsed = time.monotonic() - started
-        after = metrics(job["base_url"])
+        after = counters(job["base_url"])
         outputs = [
             {name: text_of(value, state) for name, value in flow.outputs.items()}
             for state in states
         ]
-        record = {
-            "time_s": round(elapsed, 3),
-            "llm_calls": calls["n"],
-            "prompt_tokens": int(after["prompt_tokens"] - before["prompt_tokens"]),
-            "cached_tokens": int(after["cached_tokens"] - before["cached_tokens"]),
-            "outputs": outputs,
-        }
+        record = run_record(
+            before, after, elapsed, len(outputs), llm_calls=calls["n"], outputs=outputs
+        )
     return record
 
 

@@ -305,3 +305,36 @@ def test_workflow_bench_gives_pinned_systems_a_server_of_their_own_unless_told(
     )
     asyncio.run(workflow_bench.main_async(args))
     assert seen == engines
+
+
+async def test_langgraph_record_carries_the_servers_counters_over_its_run() -> None:
+    """The LangGraph runner records the server's counter deltas (``server_counters.py``,
+    as the Lotus and Palimpzest runners do); the record keeps its generated tokens, phase
+    times and preemptions, so a gap in time can be traced to decode length or overcommit."""
+    import sys
+
+    from bench.workflow_bench import external_record
+    from kalypso.workflow.library import workload
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "external"))
+    try:
+        from server_counters import run_record
+    finally:
+        sys.path.pop(0)
+    after = {
+        "prompt_tokens": 1010.0,
+        "cached_tokens": 410.0,
+        "llm_calls": 16.0,
+        "output_tokens": 130.0,
+        "prefill_time_s": 12.5,
+        "decode_time_s": 30.25,
+        "preemptions": 13.0,
+    }
+    before = dict.fromkeys(after, 10.0)
+    outputs = [{"answer": "x"}]
+    measured = run_record(before, after, 7.0, len(outputs), llm_calls=4, outputs=outputs)
+    engine = SimEngine(num_blocks=64, block_size_tokens=16)
+    record = external_record(engine, workload("mapred", "small"), "small", measured, None)
+    assert (record.llm_calls, record.prompt_tokens, record.cached_tokens) == (4, 1000, 400)
+    assert (record.prefill_tokens, record.output_tokens, record.preemptions) == (600, 120, 3)
+    assert (record.prefill_s, record.decode_s, record.time_s) == (2.5, 20.25, 7.0)
