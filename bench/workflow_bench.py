@@ -20,6 +20,9 @@ Systems (``--systems``):
                               class, a server of its own; with ``--one-server`` the one
                               server the others use): held conversations and warmed
                               prefixes stay cached under soft pins
+``kalypso-overcommit``        ``kalypso`` admitting against a ledger of 1.25x the cache
+                              (``kv_overcommit``): more calls at once, the engine
+                              preempting to make room
 ``langgraph``                 the real LangGraph library in its own venv, same server
 ============================  ===========================================================
 
@@ -66,10 +69,14 @@ SYSTEMS: dict[str, tuple[str, WorkflowOptions]] = {
     "no-cas": ("all-ready", ON),
     "no-warm": ("cache-aware", WorkflowOptions(warm=False)),
     "kalypso-pinned": ("cache-aware", ON),
+    "kalypso-overcommit": ("cache-aware", ON),
 }
 EXPLICIT_PINNING = ("kalypso-pinned",)
 """Systems run with explicit pins (soft pins for held conversations and warm-ups); the
 others pin virtually."""
+KV_OVERCOMMIT = {"kalypso-overcommit": 1.25}
+"""Systems whose ledger is larger than the cache (``RunOptions.kv_overcommit``); the
+others reserve at most what the cache holds."""
 DEFAULT_SYSTEMS = (*SYSTEMS, "langgraph")
 EXTERNAL = ("langgraph",)
 LANGGRAPH_PYTHON = Path(".venv-langgraph/bin/python")
@@ -119,7 +126,12 @@ async def run_system(
     preemptions)."""
     policy, switches = SYSTEMS[system]
     pinning = "explicit" if system in EXPLICIT_PINNING else "virtual"
-    options = RunOptions(policy=policy, system_prompt="", pinning=pinning)
+    options = RunOptions(
+        policy=policy,
+        system_prompt="",
+        pinning=pinning,
+        kv_overcommit=KV_OVERCOMMIT.get(system, 1.0),
+    )
     cache = PromptResultCache(engine.name)
     await engine.reset_prefix_cache()
     result: WorkflowResult | None = None

@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
+from kalypso.core.errors import PlanError, QueryError
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings
 from kalypso.models import (
@@ -265,13 +267,14 @@ def sigterm_as_ctrl_c() -> Iterator[list[int]]:
 
 def run_command(command: Callable[[], int], out: Console) -> int:
     """Run a command's body with SIGTERM treated as Ctrl-C (:func:`sigterm_as_ctrl_c`).
-    Returns its exit status; an engine or model error prints one line and returns 2,
+    Returns its exit status; bad input (:class:`PlanError`), a failed run
+    (:class:`QueryError`), an engine or model error prints one line and returns 2,
     an interrupt returns ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM)."""
     with sigterm_as_ctrl_c() as received:
         try:
             return command()
-        except (ModelNotReadyError, EngineError) as exc:
-            out.print(f"[red]error:[/red] {exc}")
+        except (PlanError, QueryError, ModelNotReadyError, EngineError) as exc:
+            out.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             return 2
         except KeyboardInterrupt:
             out.print("[yellow]interrupted[/yellow]")

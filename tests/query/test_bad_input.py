@@ -741,6 +741,18 @@ def test_bad_table_name(name: Any) -> None:
         ({"max_tasks_in_flight": 0}, "max_tasks_in_flight must be an integer >= 1, got 0"),
         ({"max_tasks_in_flight": 2.5}, "max_tasks_in_flight must be an integer >= 1"),
         ({"max_tasks_in_flight": True}, "max_tasks_in_flight must be an integer >= 1"),
+        ({"kv_overcommit": 0.5}, r"kv_overcommit must be in \[1.0, 4.0\], got 0.5"),
+        ({"kv_overcommit": 5}, r"kv_overcommit must be in \[1.0, 4.0\], got 5"),
+        ({"kv_overcommit": math.nan}, "kv_overcommit must be a finite number, got nan"),
+        ({"kv_overcommit": "2"}, "kv_overcommit must be a finite number, got '2'"),
+        (
+            {"kv_overcommit": 1.5, "pinning": "explicit"},
+            "kv_overcommit=1.5 with pinning='explicit'",
+        ),
+        (
+            {"kv_overcommit": 1.5, "ledger": KVLedger(64)},
+            r"kv_overcommit=1.5 with a shared ledger: the ledger \(64 blocks\)",
+        ),
         ({"max_continuations": -1}, "max_continuations must be an integer >= 0, got -1"),
         pytest.param(
             {"max_continuations": "2"},

@@ -36,6 +36,20 @@ def test_an_unknown_workflow_is_refused(capsys: pytest.CaptureFixture[str]) -> N
     assert "invalid choice" in capsys.readouterr().err
 
 
+def test_a_bad_overcommit_is_refused_with_its_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["workflow", "run", "mapred", "--engine", "sim", "--kv-overcommit", "0.5"])
+    assert code != 0
+    assert "kv_overcommit must be in [1.0, 4.0], got 0.5" in capsys.readouterr().err
+
+
+def test_an_overcommitted_run_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["workflow", "run", "mapred", "--engine", "sim", "--no-progress", "--kv-overcommit", "2"]
+    )
+    assert code == 0
+    assert "per node" in capsys.readouterr().err
+
+
 def test_demo_help_lists_its_knobs(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["demo", "--help"])

@@ -31,6 +31,10 @@ def _check_float(name: str, value: Any, *, positive: bool, optional: bool = Fals
         raise PlanError(f"{name} must be > 0, got {value!r}")
 
 
+MIN_KV_OVERCOMMIT = 1.0
+MAX_KV_OVERCOMMIT = 4.0
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How to run a plan or a workflow.
@@ -44,6 +48,15 @@ class RunOptions:
             one that reserves nothing, such as ``operator-at-a-time`` or ``all-ready``,
             is refused).
         max_tasks_in_flight: optional cap on tasks running at once.
+        kv_overcommit: admit calls against a ledger of this many times the engine's KV
+            blocks (1.0, the default: never reserve more than the cache holds, so the
+            engine never preempts). Above 1.0 more calls run at once and the engine's own
+            preemption absorbs the excess: a preempted call recomputes its prompt, and an
+            evicted shared prefix is recomputed by the next call that needs it. It pays
+            where calls share little (BENCHMARKS.md, *Overcommitting the ledger*). From
+            1.0 to 4.0; refused with ``pinning="explicit"`` (hard pins beyond the cache
+            would hold it full) and with a ledger shared between runs (its size is the
+            ledger's).
         max_continuations: a call stopped at its output bound is continued with its bound
             doubled, and continuation number ``max_continuations`` (or the first, with 0
             or 1) goes straight to the call's cap: at most ``max(1, max_continuations)``
@@ -71,6 +84,7 @@ class RunOptions:
     policy: str | Policy = "adaptive"
     pinning: str = "virtual"
     max_tasks_in_flight: int | None = None
+    kv_overcommit: float = 1.0
     max_continuations: int = 2
     alpha: float = 1.0
     beta: float = 0.5
@@ -97,6 +111,17 @@ class RunOptions:
                 " reserves none, so its pins would fill the cache (use pinning='virtual')"
             )
         _check_int("max_tasks_in_flight", self.max_tasks_in_flight, 1, optional=True)
+        _check_float("kv_overcommit", self.kv_overcommit, positive=True)
+        if not MIN_KV_OVERCOMMIT <= self.kv_overcommit <= MAX_KV_OVERCOMMIT:
+            raise PlanError(
+                f"kv_overcommit must be in [{MIN_KV_OVERCOMMIT}, {MAX_KV_OVERCOMMIT}],"
+                f" got {self.kv_overcommit!r}"
+            )
+        if self.kv_overcommit > 1.0 and self.pinning == "explicit":
+            raise PlanError(
+                f"kv_overcommit={self.kv_overcommit} with pinning='explicit': pins reserved"
+                " beyond the cache would hold it full (use pinning='virtual')"
+            )
         _check_int("max_continuations", self.max_continuations, 0)
         _check_int("fixed_bound_tokens", self.fixed_bound_tokens, 1, optional=True)
         _check_float("alpha", self.alpha, positive=True)

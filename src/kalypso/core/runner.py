@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kalypso.core.bounds import BoundPolicy
-from kalypso.core.errors import TaskFailed
+from kalypso.core.errors import PlanError, TaskFailed
 from kalypso.core.graph import LLMNode
 from kalypso.core.ideal_cache import IdealPrefixCache
 from kalypso.core.instance import CallOutcome, Instance
@@ -95,10 +95,22 @@ class RunState:
         bounds: BoundPolicy,
         layout: ChatLayout | None = None,
     ) -> RunState:
+        """The run's state; ``ledger`` is one shared with other runs, or None for a ledger
+        of its own, of the engine's blocks times ``options.kv_overcommit``.
+
+        Raises:
+            PlanError: an overcommitted ledger asked for with a shared one.
+        """
+        if ledger is not None and options.kv_overcommit != 1.0:
+            raise PlanError(
+                f"kv_overcommit={options.kv_overcommit} with a shared ledger: the ledger"
+                f" ({ledger.capacity_blocks} blocks) sets how much every run sharing it admits"
+            )
+        own_blocks = int(engine.capacity.num_blocks * options.kv_overcommit)
         return cls(
             engine=engine,
             layout=layout or ChatLayout(engine.tokenizer),
-            ledger=ledger or KVLedger(engine.capacity.num_blocks),
+            ledger=ledger or KVLedger(own_blocks),
             options=options,
             owner=owner,
             bounds=bounds,

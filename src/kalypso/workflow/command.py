@@ -47,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("warm", "proactive prefix caching"),
     ):
         parser.add_argument(f"--no-{switch}", action="store_true", help=f"turn off {what}")
+    parser.add_argument(
+        "--kv-overcommit",
+        type=float,
+        default=1.0,
+        help="admit against a ledger this many times the KV cache (1.0-4.0; default 1.0:"
+        " never more than it holds; above, the engine preempts to make room)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no live progress view")
 
 
@@ -97,7 +104,12 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     switches = WorkflowOptions(
         merge=not args.no_merge, result_cache=not args.no_result_cache, warm=not args.no_warm
     )
-    options = RunOptions(policy=args.policy, progress=not args.no_progress, system_prompt="")
+    options = RunOptions(
+        policy=args.policy,
+        progress=not args.no_progress,
+        system_prompt="",
+        kv_overcommit=args.kv_overcommit,
+    )
     engine = await open_engine(spec)
     try:
         cache = PromptResultCache(engine.name)
