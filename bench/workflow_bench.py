@@ -256,7 +256,7 @@ async def bench_engine(
                 )
                 records.append(record)
                 print(
-                    f"  {name:9} {system:13} {elapsed:8.2f} s  calls {result.llm_calls:4d}"
+                    f"  {name:9} {system:18} {elapsed:8.2f} s  calls {result.llm_calls:4d}"
                     f"  prefill {result.prefill_tokens:7d} (min {result.min_prefill_tokens})"
                     f"  hit {result.hit_rate:.0%}  equal {record.outputs_equal:.2f}",
                     flush=True,
@@ -278,7 +278,7 @@ def external_record(
     cached = int(measured["cached_tokens"])  # type: ignore[call-overload]
     elapsed = float(measured["time_s"])  # type: ignore[arg-type]
     print(
-        f"  {job.name:9} {'langgraph':13} {elapsed:8.2f} s  calls {measured['llm_calls']}"
+        f"  {job.name:9} {'langgraph':18} {elapsed:8.2f} s  calls {measured['llm_calls']}"
         f"  prefill {prompt - cached:7d}  hit {cached / max(1, prompt):.0%}",
         flush=True,
     )
