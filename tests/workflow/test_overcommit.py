@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pandas as pd
 import pytest
 
 from kalypso.engine.open import EngineSpec, open_engine
@@ -15,7 +16,7 @@ from kalypso.workflow.run import arun
 NUM_BLOCKS = 44
 
 
-async def _iterative(kv_overcommit: float) -> tuple[object, int, int, int]:
+async def _iterative(kv_overcommit: float) -> tuple[pd.DataFrame, int, int, int]:
     """Iterative (small) on a fresh simulator: outputs, the ledger's peak, the engine's
     preemptions, the prefill tokens computed."""
     engine = await open_engine(
@@ -52,7 +53,7 @@ async def test_an_overcommitted_ledger_admits_beyond_the_cache_with_the_same_out
     # the engine preempts to make room; the prefill moves with the order calls ran in
     assert (exact_preempted, over_preempted) == (0, 2)
     assert (exact_prefill, over_prefill) == (16212, 16180)
-    assert over.equals(exact)  # type: ignore[attr-defined]
+    assert over.equals(exact)
 
 
 @pytest.mark.parametrize("kv_overcommit", [0.99, 4.01])
