@@ -49,8 +49,9 @@ class RunOptions:
             is refused).
         max_tasks_in_flight: optional cap on tasks running at once.
         kv_overcommit: admit calls against a ledger of this many times the engine's KV
-            blocks (1.0, the default: never reserve more than the cache holds, so the
-            engine never preempts). Above 1.0 more calls run at once and the engine's own
+            blocks (1.0, the default: a memory-aware policy never reserves more than the
+            cache holds, so the engine never preempts its calls; policies that reserve
+            nothing are unaffected). Above 1.0 more calls run at once and the engine's own
             preemption absorbs the excess: a preempted call recomputes its prompt, and an
             evicted shared prefix is recomputed by the next call that needs it. It pays
             where calls share little (BENCHMARKS.md, *Iterative's gap traced*). From
