@@ -311,16 +311,10 @@ async def test_langgraph_record_carries_the_servers_counters_over_its_run() -> N
     """The LangGraph runner records the server's counter deltas (``server_counters.py``,
     as the Lotus and Palimpzest runners do); the record keeps its generated tokens, phase
     times and preemptions, so a gap in time can be traced to decode length or overcommit."""
-    import sys
-
+    from bench.external.server_counters import run_record
     from bench.workflow_bench import external_record
     from kalypso.workflow.library import workload
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "external"))
-    try:
-        from server_counters import run_record
-    finally:
-        sys.path.pop(0)
     after = {
         "prompt_tokens": 1010.0,
         "cached_tokens": 410.0,
