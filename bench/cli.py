@@ -22,6 +22,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.external_run import ExternalRun
 from bench.runner import (
     external_record,
     needs_pinning,
@@ -180,7 +181,7 @@ with distance thresholds, which neither has as an operator we can point at our c
 
 def _run_external(
     baseline: str, python: Path, engine: Any, workload: Any, console: Console
-) -> dict[str, Any] | None:
+) -> ExternalRun | None:
     """Run ``workload`` with an external library's own operators against the server the
     engine was started with: ``bench/external/<baseline>_runner.py`` in that library's venv."""
     if not hasattr(engine, "server"):
@@ -211,8 +212,8 @@ def _run_external(
         if done.returncode != 0:
             console.print(f"[red]{baseline} failed[/red]: {done.stderr[-2000:]}")
             return None
-        result: dict[str, Any] = json.loads(out_path.read_text())
-    shown = {k: v for k, v in result.items() if k not in ("rows", "stages")}
+        result = ExternalRun.model_validate_json(out_path.read_text())
+    shown = result.model_dump(exclude={"rows", "stages", "outputs"})
     console.print(
         f"  {workload.name} / {baseline}: done in {time.monotonic() - started:.0f} s: {shown}"
     )

@@ -30,6 +30,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from bench.external_run import ExternalRun
 from bench.workloads import Workload
 from kalypso.engine.protocol import Engine, EngineStats
 from kalypso.engine.warm_up import warm_up
@@ -276,17 +277,14 @@ def cells_agree(frame: pd.DataFrame, reference: pd.DataFrame) -> float:
 
 
 def external_record(
-    system: str, measured: dict[str, Any], records: list[BenchRecord], workload: Workload
+    system: str, run: ExternalRun, records: list[BenchRecord], workload: Workload
 ) -> BenchRecord:
     """A record for a run of an external library (Lotus, Palimpzest) on the same server.
     It builds its own prompts, so its outputs are not compared with ours (``outputs_agree``
     is false by construction); its output rows are scored against the ground truth."""
     reference = records[0]
-    prompt_tokens = int(measured["prompt_tokens"])
-    cached_tokens = int(measured["cached_tokens"])
-    rows = measured.get("rows")
     metric, value, metrics = (
-        quality(workload, pd.DataFrame(rows)) if rows is not None else ("", None, {})
+        quality(workload, pd.DataFrame(run.rows)) if run.rows is not None else ("", None, {})
     )
     return BenchRecord(
         workload=workload.name,
@@ -295,28 +293,28 @@ def external_record(
         engine=reference.engine,
         kv_cache_tokens=reference.kv_cache_tokens,
         table_tokens=reference.table_tokens,
-        time_s=float(measured["time_s"]),
-        llm_calls=int(measured["llm_calls"]),
-        prompt_tokens=prompt_tokens,
-        cached_tokens=cached_tokens,
-        prefill_tokens=prompt_tokens - cached_tokens,
+        time_s=run.time_s,
+        llm_calls=run.llm_calls,
+        prompt_tokens=run.prompt_tokens,
+        cached_tokens=run.cached_tokens,
+        prefill_tokens=run.prefill_tokens,
         min_prefill_tokens=reference.min_prefill_tokens,
         continuations=0,
         continued_tokens=0,
         lost_prefixes=0,
         dependent_hit_rate=0.0,
         peak_kv_reserved_blocks=0,
-        output_rows=int(measured["output_rows"]),
+        output_rows=run.output_rows,
         outputs_agree=False,
         rows_agree=False,
         cells_agree=0.0,
         model=reference.model,
-        requests=int(measured["llm_calls"]),
-        output_tokens=int(measured.get("output_tokens", 0)),
-        prefill_time_s=round(float(measured.get("prefill_time_s", 0.0)), 3),
-        decode_time_s=round(float(measured.get("decode_time_s", 0.0)), 3),
-        preemptions=int(measured.get("preemptions", 0)),
-        stages=tuple(measured.get("stages", ())),
+        requests=run.llm_calls,
+        output_tokens=run.output_tokens,
+        prefill_time_s=round(run.prefill_time_s, 3),
+        decode_time_s=round(run.decode_time_s, 3),
+        preemptions=run.preemptions,
+        stages=run.stages,
         accuracy_metric=metric,
         accuracy=value,
         quality=metrics,

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.external_run import ExternalRun
 from kalypso.core.options import RunOptions
 from kalypso.core.result_cache import PromptResultCache
 from kalypso.engine.open import EngineSpec, open_engine
@@ -159,7 +160,7 @@ def equal_fraction(frame: pd.DataFrame, reference: pd.DataFrame) -> float:
     )
 
 
-async def run_langgraph(engine: Engine, job: Workload, scale: str) -> dict[str, object] | None:
+async def run_langgraph(engine: Engine, job: Workload, scale: str) -> ExternalRun | None:
     """The workflow with the real LangGraph library, in its own venv, on this server."""
     server = getattr(engine, "server", None)
     if server is None or not LANGGRAPH_PYTHON.exists():
@@ -180,7 +181,7 @@ async def run_langgraph(engine: Engine, job: Workload, scale: str) -> dict[str, 
         if done.returncode != 0:
             print(f"  langgraph failed: {done.stderr[-2000:]}", flush=True)
             return None
-        return dict(json.loads(out_path.read_text()))
+        return ExternalRun.model_validate_json(out_path.read_text())
 
 
 async def warm_up_engine(engine: Engine, job: Workload) -> None:
@@ -270,16 +271,14 @@ def external_record(
     engine: Engine,
     job: Workload,
     scale: str,
-    measured: dict[str, object],
+    run: ExternalRun,
     reference: pd.DataFrame | None,
 ) -> WorkflowRecord:
-    outputs = pd.DataFrame(list(measured["outputs"]))  # type: ignore[call-overload]
-    prompt = int(measured["prompt_tokens"])  # type: ignore[call-overload]
-    cached = int(measured["cached_tokens"])  # type: ignore[call-overload]
-    elapsed = float(measured["time_s"])  # type: ignore[arg-type]
+    """The LangGraph run's record (its own prompts: outputs compared, not required equal)."""
+    outputs = pd.DataFrame(run.outputs)
     print(
-        f"  {job.name:9} {'langgraph':18} {elapsed:8.2f} s  calls {measured['llm_calls']}"
-        f"  prefill {prompt - cached:7d}  hit {cached / max(1, prompt):.0%}",
+        f"  {job.name:9} {'langgraph':18} {run.time_s:8.2f} s  calls {run.llm_calls}"
+        f"  prefill {run.prefill_tokens:7d}  hit {run.hit_rate:.0%}",
         flush=True,
     )
     return WorkflowRecord(
@@ -289,21 +288,21 @@ def external_record(
         engine=engine.name,
         kv_cache_tokens=engine.capacity.total_tokens,
         queries=job.queries,
-        time_s=round(elapsed, 3),
+        time_s=round(run.time_s, 3),
         planning_s=0.0,
-        llm_calls=int(measured["llm_calls"]),  # type: ignore[call-overload]
-        prompt_tokens=prompt,
-        cached_tokens=cached,
-        prefill_tokens=prompt - cached,
+        llm_calls=run.llm_calls,
+        prompt_tokens=run.prompt_tokens,
+        cached_tokens=run.cached_tokens,
+        prefill_tokens=run.prefill_tokens,
         min_prefill_tokens=0,
-        output_tokens=int(measured["output_tokens"]),  # type: ignore[call-overload]
-        hit_rate=round(cached / max(1, prompt), 4),
+        output_tokens=run.output_tokens,
+        hit_rate=round(run.hit_rate, 4),
         result_cache_hits=0,
         merged_calls=0,
         warmed_prefixes=0,
-        prefill_s=round(float(measured["prefill_time_s"]), 3),  # type: ignore[arg-type]
-        decode_s=round(float(measured["decode_time_s"]), 3),  # type: ignore[arg-type]
-        preemptions=int(measured["preemptions"]),  # type: ignore[call-overload]
+        prefill_s=round(run.prefill_time_s, 3),
+        decode_s=round(run.decode_time_s, 3),
+        preemptions=run.preemptions,
         outputs_equal=0.0 if reference is None else equal_fraction(outputs, reference),
         accuracy=None,
     )

@@ -312,6 +312,7 @@ async def test_langgraph_record_carries_the_servers_counters_over_its_run() -> N
     as the Lotus and Palimpzest runners do); the record keeps its generated tokens, phase
     times and preemptions, so a gap in time can be traced to decode length or overcommit."""
     from bench.external.server_counters import run_record
+    from bench.external_run import ExternalRun
     from bench.workflow_bench import external_record
     from kalypso.workflow.library import workload
 
@@ -328,7 +329,42 @@ async def test_langgraph_record_carries_the_servers_counters_over_its_run() -> N
     outputs = [{"answer": "x"}]
     measured = run_record(before, after, 7.0, len(outputs), llm_calls=4, outputs=outputs)
     engine = SimEngine(num_blocks=64, block_size_tokens=16)
-    record = external_record(engine, workload("mapred", "small"), "small", measured, None)
+    run = ExternalRun.model_validate_json(json.dumps(measured))
+    record = external_record(engine, workload("mapred", "small"), "small", run, None)
     assert (record.llm_calls, record.prompt_tokens, record.cached_tokens) == (4, 1000, 400)
     assert (record.prefill_tokens, record.output_tokens, record.preemptions) == (600, 120, 3)
     assert (record.prefill_s, record.decode_s, record.time_s) == (2.5, 20.25, 7.0)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"prompt_tokens": None}, "prompt_tokens"),
+        ({"cached_tokens": 12.5}, "cached_tokens"),
+        ({"preemptions": -1.0}, "preemptions"),
+    ],
+)
+def test_a_malformed_external_record_is_refused_by_the_field_at_fault(
+    change: dict[str, object], field: str
+) -> None:
+    """A runner whose record lacks a counter, or holds a fractional token count or a
+    negative one, fails by name instead of showing as zeros in a table."""
+    from pydantic import ValidationError
+
+    from bench.external_run import ExternalRun
+
+    good: dict[str, object] = {
+        "time_s": 7.0,
+        "llm_calls": 4.0,
+        "prompt_tokens": 1000.0,
+        "cached_tokens": 400.0,
+        "output_tokens": 120.0,
+        "prefill_time_s": 2.5,
+        "decode_time_s": 20.25,
+        "preemptions": 3.0,
+        "output_rows": 2,
+    }
+    assert ExternalRun.model_validate(good).prefill_tokens == 600
+    bad = {k: v for k, v in {**good, **change}.items() if v is not None}
+    with pytest.raises(ValidationError, match=field):
+        ExternalRun.model_validate(bad)
