@@ -22,7 +22,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.external_run import ExternalRun
+from bench.external_run import ExternalRun, runner_env
 from bench.runner import (
     external_record,
     needs_pinning,
@@ -208,6 +208,7 @@ def _run_external(
             [str(python), str(runner), str(job_path), str(out_path)],
             capture_output=True,
             text=True,
+            env=runner_env(),
         )
         if done.returncode != 0:
             console.print(f"[red]{baseline} failed[/red]: {done.stderr[-2000:]}")

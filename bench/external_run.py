@@ -9,9 +9,25 @@ runner that writes a malformed record fails here, by name, not as a zero in a ta
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, NonNegativeFloat, NonNegativeInt
+
+RUNNER_HASH_SEED = "4"
+"""``PYTHONHASHSEED`` of every external runner's process, so its runs repeat. Lotus 1.2.4
+orders an instruction's columns by a ``set`` (``lotus.nl_expression.parse_cols``), so by
+the process's string-hash seed: ContractNLI's map ("Quote the clause of the {text} that
+addresses: {hypothesis}") renders the contract first under some seeds and the hypothesis
+first under others. Hypothesis first, no two of its 85 calls share a prefix and the map
+computes 12x the prefill (BENCHMARKS.md, *Quick suite, tenth session*). Seed 4 renders
+the contract first in both of Lotus's ContractNLI instructions: its cache-friendly order,
+the conservative baseline."""
+
+
+def runner_env() -> dict[str, str]:
+    """The environment an external runner is started with: this one, seed fixed."""
+    return {**os.environ, "PYTHONHASHSEED": RUNNER_HASH_SEED}
 
 
 class ExternalRun(BaseModel):

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.external_run import ExternalRun
+from bench.external_run import ExternalRun, runner_env
 from kalypso.core.options import RunOptions
 from kalypso.core.result_cache import PromptResultCache
 from kalypso.engine.open import EngineSpec, open_engine
@@ -177,7 +177,9 @@ async def run_langgraph(engine: Engine, job: Workload, scale: str) -> ExternalRu
         }
         job_path.write_text(json.dumps(spec))
         command = [str(LANGGRAPH_PYTHON), str(RUNNER), str(job_path), str(out_path)]
-        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True)
+        done = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, env=runner_env()
+        )
         if done.returncode != 0:
             print(f"  langgraph failed: {done.stderr[-2000:]}", flush=True)
             return None

@@ -368,3 +368,22 @@ def test_a_malformed_external_record_is_refused_by_the_field_at_fault(
     bad = {k: v for k, v in {**good, **change}.items() if v is not None}
     with pytest.raises(ValidationError, match=field):
         ExternalRun.model_validate(bad)
+
+
+def test_external_runners_start_with_the_hash_seed_that_orders_lotus_columns_text_first() -> None:
+    """Lotus orders an instruction's columns by a ``set`` of their names, so by the
+    process's string-hash seed; the runners' fixed seed puts ContractNLI's contract
+    before its hypothesis (the order whose calls share the contract's prefix). Checked in
+    a child process as Lotus's ``parse_cols`` builds it, for both of its instructions."""
+    import subprocess
+    import sys
+
+    from bench.external_run import RUNNER_HASH_SEED, runner_env
+
+    code = "print(list(set(['text', 'hypothesis'])), list(set(['text:left', 'hypothesis:right'])))"
+    env = runner_env()
+    assert env["PYTHONHASHSEED"] == RUNNER_HASH_SEED
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['text', 'hypothesis'] ['text:left', 'hypothesis:right']"
