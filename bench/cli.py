@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 
 from bench.external_run import ExternalRun, runner_env
@@ -213,7 +214,11 @@ def _run_external(
         if done.returncode != 0:
             console.print(f"[red]{baseline} failed[/red]: {done.stderr[-2000:]}")
             return None
-        result = ExternalRun.model_validate_json(out_path.read_text())
+        try:
+            result = ExternalRun.model_validate_json(out_path.read_text())
+        except ValidationError as exc:
+            console.print(f"[red]{baseline} wrote a malformed record[/red]: {exc}")
+            return None
     shown = result.model_dump(exclude={"rows", "stages", "outputs"})
     console.print(
         f"  {workload.name} / {baseline}: done in {time.monotonic() - started:.0f} s: {shown}"

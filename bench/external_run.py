@@ -3,8 +3,9 @@
 The runners in ``bench/external/`` (Lotus, Palimpzest, LangGraph) run in their own venvs
 and write one JSON object (``server_counters.run_record``): the vLLM server's counter
 deltas over the run, its wall time, its output rows and what each runner adds. The
-relational and the workflow benchmarks both read it through :class:`ExternalRun`, so a
-runner that writes a malformed record fails here, by name, not as a zero in a table.
+relational and the workflow benchmarks both read it through :class:`ExternalRun`; a
+malformed record is reported by the field at fault and that baseline is skipped (the
+suite goes on), never shown as zeros in a table.
 """
 
 from __future__ import annotations

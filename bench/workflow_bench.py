@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
+from pydantic import ValidationError
 
 from bench.external_run import ExternalRun, runner_env
 from kalypso.core.options import RunOptions
@@ -183,7 +184,11 @@ async def run_langgraph(engine: Engine, job: Workload, scale: str) -> ExternalRu
         if done.returncode != 0:
             print(f"  langgraph failed: {done.stderr[-2000:]}", flush=True)
             return None
-        return ExternalRun.model_validate_json(out_path.read_text())
+        try:
+            return ExternalRun.model_validate_json(out_path.read_text())
+        except ValidationError as exc:
+            print(f"  langgraph wrote a malformed record: {exc}", flush=True)
+            return None
 
 
 async def warm_up_engine(engine: Engine, job: Workload) -> None:

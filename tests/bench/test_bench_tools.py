@@ -387,3 +387,33 @@ def test_external_runners_start_with_the_hash_seed_that_orders_lotus_columns_tex
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "['text', 'hypothesis'] ['text:left', 'hypothesis:right']"
+
+
+def test_a_runner_that_writes_a_malformed_record_is_skipped_with_the_field_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The suite goes on without that baseline; the error names what was missing."""
+    import io
+    import subprocess
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    seen_env: list[str] = []
+
+    def fake_run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        env = kwargs["env"]
+        assert isinstance(env, dict)
+        seen_env.append(env["PYTHONHASHSEED"])
+        Path(command[3]).write_text(json.dumps({"time_s": 1.0, "llm_calls": 2.0}))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    server = SimpleNamespace(base_url="http://127.0.0.1:1", served_model_name="m")
+    out = io.StringIO()
+    run = cli._run_external(
+        "lotus", Path("python"), SimpleNamespace(server=server), medec(n=2), Console(file=out)
+    )
+    assert run is None and seen_env == ["4"]
+    assert "lotus wrote a malformed record" in out.getvalue()
+    assert "prompt_tokens" in out.getvalue()
