@@ -408,7 +408,7 @@ def test_a_runner_that_writes_a_malformed_record_is_skipped_with_the_field_named
         Path(command[3]).write_text(json.dumps({"time_s": 1.0, "llm_calls": 2.0}))
         return subprocess.CompletedProcess(command, 0, "", "")
 
-    monkeypatch.setattr(cli.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     server = SimpleNamespace(base_url="http://127.0.0.1:1", served_model_name="m")
     out = io.StringIO()
     run = cli._run_external(
