@@ -5,6 +5,7 @@ at once, the engine preempts to make room, and the outputs do not change."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 import pandas as pd
@@ -29,7 +30,8 @@ SIM = EngineSpec(
 )
 
 
-def _run_iterative(engine: Engine, kv_overcommit: float) -> Any:
+def _run_iterative(engine: Engine, kv_overcommit: float) -> Coroutine[Any, Any, WorkflowResult]:
+    """Iterative (small) on ``engine``, not yet awaited."""
     job = workload("iterative", "small")
     (flow,), (inputs,) = job.workflows, job.inputs
     return arun(flow, engine, inputs, system_prompt="", kv_overcommit=kv_overcommit)
@@ -122,7 +124,7 @@ async def test_a_failed_overcommitted_run_releases_everything_and_the_next_run_i
         assert failure.value.op_id == "summary3" and failure.value.key == (5,)
         assert ledgers[0].capacity_blocks == int(1.25 * NUM_BLOCKS)
         await _assert_nothing_held(engine, ledgers[0])
-        again: WorkflowResult = await asyncio.wait_for(_run_iterative(engine, 1.25), 120)
+        again = await asyncio.wait_for(_run_iterative(engine, 1.25), 120)
         assert again.outputs.equals(exact)
         await _assert_nothing_held(engine, ledgers[1])
     finally:
