@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kalypso-installed
 
-.PHONY: setup demo test lint clean-venv lotus-venv pz-venv bench bench-paper langgraph-venv bench-workflows
+.PHONY: setup demo test lint clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,15 +50,24 @@ pz-venv:
 		|| { rm -rf $(PZ_VENV); $(PZ_PYTHON) -m venv $(PZ_VENV); }
 	$(PZ_VENV)/bin/pip install -q -c bench/pz-constraints.txt "palimpzest==1.5.3"
 
-# The quick suite on real vLLM (CPU): every workload under its suite of systems (see
-# `python -m bench --help`), Lotus and Palimpzest on the same server, and a KV sweep; then the figures.
+# The quick suite on real vLLM (CPU), everything issue 12's targets compare (about 40 min):
+# every workload under its suite of systems (operator-at-a-time, adaptive, static splits on
+# the two-stage shapes), Lotus on the same server, and a KV sweep; then the figures.
 # float32 (--deterministic): same answers on any CPU, and on CPUs without AVX-512 about ten
 # times faster than bf16 (BENCHMARKS.md, "Machine"). BENCH_FLAGS= runs bf16.
 BENCH_FLAGS ?= --deterministic
-bench: setup lotus-venv pz-venv
+bench: setup lotus-venv
 	$(BIN)/python -m bench --engine http --scale quick $(BENCH_FLAGS) --lotus-python $(LOTUS_VENV)/bin/python \
-		--pz-python $(PZ_VENV)/bin/python --kv-sweep 0.5,1.0 --out bench/results/quick.json
+		--kv-sweep 0.5,1.0 --out bench/results/quick.json
 	$(BIN)/python -m bench.plots bench/results/quick.json
+
+# The rest of the paper's quick figures (about 20 min), in a file of its own so that every
+# ratio in it comes from one invocation: adaptive with virtual and explicit pinning (Figure 11),
+# fixed output budgets on MEDEC (Figure 12) and Palimpzest on the same server (Figure 7).
+bench-more: setup pz-venv
+	$(BIN)/python -m bench --engine http --scale quick $(BENCH_FLAGS) --systems more \
+		--pz-python $(PZ_VENV)/bin/python --out bench/results/quick-more.json
+	$(BIN)/python -m bench.plots bench/results/quick-more.json
 
 # The paper-scale suite on the simulator with the Llama-3.3-70B cost profile, at the KV
 # sizes of the paper's memory settings 0.9 and 0.6 (Figure 8 also sweeps 0.5).

@@ -72,10 +72,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--systems",
         default=DEFAULT_SYSTEMS,
-        help="suite (each workload's default systems: operator-at-a-time, adaptive,"
-        " adaptive+explicit, plus static splits on two-stage shapes and fixed output budgets"
-        " on medec) or comma-separated policies, optionally with +explicit, +fixed,"
-        " +fixed:N, +nocap or +inflight:N (adaptive+explicit, operator-at-a-time+inflight:64)",
+        help="suite (each workload's default systems: operator-at-a-time, adaptive, plus"
+        " static splits on two-stage shapes), more (adaptive, adaptive+explicit, plus fixed"
+        " output budgets on medec) or comma-separated policies, optionally with +explicit,"
+        " +fixed, +fixed:N, +nocap or +inflight:N (adaptive+explicit,"
+        " operator-at-a-time+inflight:64)",
     )
     parser.add_argument(
         "--kv-sweep",
@@ -239,6 +240,8 @@ def _elapsed(started: float) -> Callable[[], str]:
 def _systems(spec: str, workload: Any) -> list[str]:
     if spec == "suite":
         return list(workload.suite_systems())
+    if spec == "more":
+        return list(workload.more_systems())
     return [s.strip() for s in spec.split(",") if s.strip()]
 
 
