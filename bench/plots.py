@@ -2,7 +2,8 @@
 
     python -m bench.plots bench/results/quick.json bench/results/sim-paper.json
 
-writes, next to each JSON file, the figures its records allow:
+writes, next to each JSON file, the figures its records allow (and deletes an earlier run's
+figure that they do not):
 
 * ``<name>-fig7-time.png``: end-to-end time per workload and system (Figure 7);
 * ``<name>-fig8-kv-sweep.png``: time against KV cache size per workload (Figure 8);
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +37,8 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
 from bench.runner import BASELINE
+
+logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 ADAPTIVE = "adaptive"
@@ -254,12 +258,18 @@ FIGURES = {
 
 
 def plot_file(results: Path) -> list[Path]:
-    """Write the plots one results file allows; returns the paths written."""
+    """Write the plots one results file allows; returns the paths written. A figure of an
+    earlier run that these records do not allow is deleted, so every figure beside the
+    file comes from its records."""
     records: list[Record] = json.loads(results.read_text())
     stem = results.with_suffix("")
     written: list[Path] = []
     for suffix, draw in FIGURES.items():
-        draw(records, Path(f"{stem}-{suffix}.png"), written)
+        path = Path(f"{stem}-{suffix}.png")
+        draw(records, path, written)
+        if path not in written and path.exists():
+            path.unlink()
+            logger.info("deleted %s: these records do not allow it", path)
     return written
 
 
@@ -267,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="+", type=Path)
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     for results in args.results:
         for path in plot_file(results):
             print(f"wrote {path}")

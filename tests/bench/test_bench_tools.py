@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -80,8 +81,12 @@ def test_bench_command_runs_the_suite_and_a_kv_sweep_and_draws_every_figure(
     assert table.count("**medec**, KV cache") == 3
     assert "speed-up over" not in table and "| 1.00x |" in table
     names = {p.name for p in plot_file(out)}
+    stale = tmp_path / "sweep-fig12-budgets.png"  # an earlier run's figure
+    stale.write_bytes(b"png")
+    names = {p.name for p in plot_file(out)}
     assert names == {f"sweep-{f}.png" for f in ("fig7-time", "fig8-kv-sweep", "fig9-blocking",
                      "prefill")}  # fmt: skip
+    assert not stale.exists()
 
     more = tmp_path / "more.json"
     assert cli.main([*argv[:4], "--systems", "more", "--out", str(more)]) == 0
@@ -146,6 +151,27 @@ async def test_records_have_the_documented_fields_and_plots_are_written(tmp_path
         "suite-prefill.png",
     }  # fmt: skip
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+async def test_the_untimed_warm_run_runs_the_workload_once_more_and_changes_no_record() -> None:
+    """On the deterministic simulator a warm run leaves nothing behind that a timed run
+    could see: the records are the same with and without it; the engine looked up one
+    more run's prompts."""
+    workload = medec("quick")
+    rows, looked_up = {}, {}
+    for warm in (False, True):
+        engine = SimEngine("llama-3.3-70b-4xgpu", num_blocks=600, max_model_len_tokens=9600)
+        try:
+            records = await run_systems(
+                engine, workload, ["operator-at-a-time", "adaptive"], warm_run=warm
+            )
+            looked_up[warm] = (await engine.stats()).prefix_cache_queries_tokens
+        finally:
+            await engine.close()
+        rows[warm] = [{k: v for k, v in asdict(r).items() if k != "engine"} for r in records]
+    assert rows[True] == rows[False]
+    adaptive_prompt_tokens = rows[False][1]["prompt_tokens"]
+    assert looked_up[True] - looked_up[False] == adaptive_prompt_tokens
 
 
 def test_agreement_separates_decisions_from_generated_text() -> None:
