@@ -36,6 +36,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
+from bench.report import reference_system
 from bench.runner import BASELINE
 
 logger = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ def _present(records: list[Record], systems: Sequence[str]) -> list[str]:
 def fig7_time(records: list[Record], path: Path, written: list[Path]) -> None:
     main = main_setting(records)
     systems = _present(main, [BASELINE, ADAPTIVE, "adaptive+explicit", "lotus", "palimpzest"])
-    reference = BASELINE if BASELINE in systems else ADAPTIVE
+    reference = reference_system(main) or BASELINE
     figure, axes = plt.subplots(figsize=(8, 4))
     _bars(axes, main, systems, _speedup_label(main, reference))
     axes.set_title(f"end-to-end time (labels: speed-up over {reference})")
