@@ -204,14 +204,17 @@ async def run_systems(
     ``progress()`` (the caller's elapsed time).
 
     With ``warm_run`` the workload first runs once under ``adaptive``, untimed and
-    unrecorded: a fresh vLLM server on CPU runs its first workload up to a quarter slower
+    unrecorded; without it, only :func:`~kalypso.engine.warm_up.warm_up`'s few requests
+    run first. A fresh vLLM server on CPU can run its first workload up to a quarter slower
     than the same workload again (BioDEX: operator-at-a-time 54.6 s first, 43.1 s third in
-    one invocation; BENCHMARKS.md), and whichever system ran first paid for it."""
+    one invocation, on one host, after the few requests; BENCHMARKS.md), and whichever
+    system ran first paid for it."""
     table_tokens = sum(len(engine.tokenizer.encode(t)) for t in workload.table_text)
     workload.plan.prepare()  # indexes and embedder: one-off work no system should be timed on
-    await warm_up(engine, workload.table_text)
     if warm_run:
-        await _warm_run(engine, workload, console, progress)
+        await _warm_run(engine, workload, console, progress)  # takes warm_up's costs too
+    else:
+        await warm_up(engine, workload.table_text)
     results: dict[str, tuple[QueryResult, float, tuple[float, float, int]]] = {}
     for position, system in enumerate(systems, 1):
         await engine.reset_prefix_cache()
