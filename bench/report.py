@@ -5,7 +5,10 @@
 prints one table per workload and KV size, with each system's speed-up over
 operator-at-a-time measured at the same KV size in the same file (the same invocation), or
 over adaptive where operator-at-a-time did not run (``make bench-more``); ``--targets``
-prints the issue-12 targets checked against the file instead.
+prints the issue-12 targets checked against the file instead, each speed-up target with
+the most the prefill floor allows (operator-at-a-time's time over adaptive's
+``prefill_floor_s``, :mod:`bench.prefill_floor`): a target above it cannot be met by any
+schedule on that engine.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from bench.runner import BASELINE
 COLUMNS = (
     "system",
     "time (s)",
+    "floor (s)",
     "speed-up",
     "prefill s / decode s",
     "calls",
@@ -54,9 +58,11 @@ def _row(record: dict[str, Any], base_time_s: float | None) -> list[str]:
     minimum = record["min_prefill_tokens"]
     external = record["system"] in ("lotus", "palimpzest")
     phases = record.get("prefill_time_s"), record.get("decode_time_s")
+    floor = record.get("prefill_floor_s")
     return [
         record["system"],
         f"{record['time_s']:.1f}",
+        "-" if external or floor is None else f"{floor:.1f}",
         speedup,
         f"{phases[0]:.0f} / {phases[1]:.0f}" if None not in phases else "-",
         str(record["llm_calls"]),
@@ -77,6 +83,10 @@ def _row(record: dict[str, Any], base_time_s: float | None) -> list[str]:
 
 def _time(group: list[dict[str, Any]], system: str) -> float | None:
     return next((r["time_s"] for r in group if r["system"] == system), None)
+
+
+def _floor(group: list[dict[str, Any]], system: str) -> float | None:
+    return next((r.get("prefill_floor_s") for r in group if r["system"] == system), None)
 
 
 def reference_system(group: list[dict[str, Any]]) -> str | None:
@@ -132,18 +142,26 @@ def targets(records: list[dict[str, Any]]) -> str:
         sizes.setdefault(record["kv_cache_tokens"], []).append(record)
     lines = ["| target | workload | measured | verdict |", "|---|---|---|---|"]
     for workload, sizes in by_size.items():
-        ratios = {}
+        ratios, bounds = {}, {}
         for kv, group in sorted(sizes.items()):
             base, adaptive = _time(group, BASELINE), _time(group, "adaptive")
             if base and adaptive:
                 ratios[kv] = base / adaptive
+                floor = _floor(group, "adaptive")
+                if floor:
+                    bounds[kv] = base / floor
         if ratios:
             smallest = min(ratios)
             goal = SPEEDUP_TARGETS.get(workload)
             if goal is not None:
+                bound = (
+                    f"; the prefill floor allows at most {bounds[smallest]:.2f}x"
+                    if smallest in bounds
+                    else ""
+                )
                 lines.append(
                     f"| adaptive / operator-at-a-time >= {goal}x at the smallest KV"
-                    f" | {workload} | {ratios[smallest]:.2f}x ({smallest:,} tokens)"
+                    f" | {workload} | {ratios[smallest]:.2f}x ({smallest:,} tokens){bound}"
                     f" | {_verdict(ratios[smallest] >= goal)} |"
                 )
             worst = min(ratios, key=ratios.__getitem__)

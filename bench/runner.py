@@ -7,7 +7,9 @@ a JSON list with the fields other tools read (``workload``, ``system``, ``scale`
 ``cached_tokens``, ``prefill_tokens``, ``min_prefill_tokens``, ``continuations``,
 ``outputs_agree``, ...), with the engine's prefill and decode seconds over the run
 (``prefill_time_s``, ``decode_time_s``: deltas of the engine's cumulative per-request
-phase times, so requests running together each count their own time), each operator's
+phase times, so requests running together each count their own time), the prefill floor
+(``prefill_floor_s``: the run's minimum prefill at the engine's peak prefill rate, measured
+once per engine; :mod:`bench.prefill_floor`), each operator's
 rows in and out (``stages``: the selectivity) and the answers' quality against the
 generator's ground truth (``quality``; ``accuracy`` is the workload's headline metric).
 ``outputs_agree`` compares each system's output table with
@@ -30,7 +32,9 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from bench.clock import engine_clock_s
 from bench.external_run import ExternalRun
+from bench.prefill_floor import peak_prefill_rate_tokens_per_s
 from bench.workloads import Workload
 from kalypso.engine.protocol import Engine, EngineStats
 from kalypso.engine.warm_up import warm_up
@@ -84,6 +88,10 @@ class BenchRecord:
     """Engine seconds in decode over the run, summed over requests (they overlap)."""
     preemptions: int = 0
     """Running requests the engine preempted during the run (recomputed later)."""
+    prefill_floor_s: float | None = None
+    """``min_prefill_tokens`` at the engine's measured peak prefill rate
+    (:mod:`bench.prefill_floor`): an estimate of the least time any schedule could take;
+    None when the calibration failed."""
     stages: tuple[dict[str, Any], ...] = ()
     """Per operator: ``operator``, ``rows_in``, ``rows_out``, ``calls`` (selectivity =
     rows_out / rows_in), ``prompt_tokens``, ``cached_tokens``, ``output_tokens``."""
@@ -133,12 +141,6 @@ def needs_pinning(systems: list[str]) -> bool:
     return any(system_options(s).get("pinning") == "explicit" for s in systems)
 
 
-def engine_clock_s(engine: Engine) -> float:
-    """Virtual seconds for the simulator, wall seconds otherwise."""
-    now = getattr(engine, "now_s", None)
-    return float(now) if isinstance(now, int | float) else time.monotonic()
-
-
 def quality(workload: Workload, frame: pd.DataFrame) -> tuple[str, float | None, dict[str, float]]:
     """The workload's headline metric, its value and every metric of ``frame``."""
     metrics = workload.score(frame)
@@ -180,6 +182,24 @@ async def _warm_run(
         )
 
 
+async def _peak_prefill_rate(
+    engine: Engine, workload: Workload, console: Console | None, progress: Callable[[], str]
+) -> float | None:
+    """The engine's peak prefill rate, for the records' ``prefill_floor_s``; None (shown)
+    when the calibration fails, which must not end the suite."""
+    try:
+        rate = await peak_prefill_rate_tokens_per_s(engine, workload.table_text)
+    except Exception as exc:
+        if console is not None:
+            console.print(
+                f"{progress()}{workload.name}: [red]prefill calibration failed[/red]: {exc}"
+            )
+        return None
+    if console is not None:
+        console.print(f"{progress()}{workload.name}: peak prefill {rate:,.0f} tokens/s")
+    return rate
+
+
 def _phase_delta(before: EngineStats, after: EngineStats) -> tuple[float, float, int]:
     """Prefill seconds, decode seconds and preemptions between two snapshots."""
     return (
@@ -215,6 +235,7 @@ async def run_systems(
         await _warm_run(engine, workload, console, progress)  # takes warm_up's costs too
     else:
         await warm_up(engine, workload.table_text)
+    rate = await _peak_prefill_rate(engine, workload, console, progress)
     results: dict[str, tuple[QueryResult, float, tuple[float, float, int]]] = {}
     for position, system in enumerate(systems, 1):
         await engine.reset_prefix_cache()
@@ -281,6 +302,9 @@ async def run_systems(
                 prefill_time_s=prefill_s,
                 decode_time_s=decode_s,
                 preemptions=preemptions,
+                prefill_floor_s=(
+                    round(result.min_prefill_tokens / rate, 3) if rate is not None else None
+                ),
                 stages=stages_of(result),
                 accuracy_metric=metric,
                 accuracy=value,

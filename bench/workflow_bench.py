@@ -47,6 +47,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
+from bench.clock import engine_clock_s
 from bench.external_run import ExternalRun, runner_env
 from kalypso.core.options import RunOptions
 from kalypso.core.result_cache import PromptResultCache
@@ -114,11 +115,6 @@ class WorkflowRecord:
     """Fraction of output cells equal to ``kalypso``'s (1.0 for ``kalypso`` itself)."""
     accuracy: float | None
     """Mean over outputs with known answers (the first number is the answer)."""
-
-
-def engine_clock_s(engine: Engine) -> float:
-    now = getattr(engine, "now_s", None)
-    return float(now) if isinstance(now, int | float) else time.monotonic()
 
 
 async def run_system(

@@ -1,0 +1,100 @@
+"""The prefill floor (``bench.prefill_floor``) and its place in records and reports, on the
+simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.prefill_floor import (
+    CALIBRATION_TOKENS,
+    calibration_prompts,
+    peak_prefill_rate_tokens_per_s,
+)
+from bench.report import markdown, targets
+from bench.runner import run_systems
+from bench.workloads import fever, medec
+from kalypso.engine.sim import SimEngine
+
+
+def _engine(num_blocks: int = 600) -> SimEngine:
+    return SimEngine("smollm2-cpu-f32", num_blocks=num_blocks, max_model_len_tokens=8192)
+
+
+async def test_calibration_prompts_fill_the_budget_and_share_no_block() -> None:
+    engine = _engine()
+    try:
+        prompts = calibration_prompts(engine, ["short text"])
+        block = engine.capacity.block_size_tokens
+        assert sum(map(len, prompts)) >= CALIBRATION_TOKENS
+        assert all(len(p) <= min(1024, engine.capacity.total_tokens // 4) for p in prompts)
+        assert len({p[:block] for p in prompts}) == len(prompts)
+        with pytest.raises(ValueError, match="no tokens"):
+            calibration_prompts(engine, [""])
+        with pytest.raises(ValueError, match="positive"):
+            calibration_prompts(engine, ["text"], total_tokens=0)
+    finally:
+        await engine.close()
+
+
+async def test_the_rate_is_measured_from_an_empty_cache_and_leaves_it_empty() -> None:
+    engine = _engine()
+    try:
+        texts = medec("quick").table_text
+        first = await peak_prefill_rate_tokens_per_s(engine, texts)
+        again = await peak_prefill_rate_tokens_per_s(engine, texts)
+        stats = await engine.stats()
+    finally:
+        await engine.close()
+    assert first > 0
+    assert again == first  # nothing cached from the first calibration
+    assert stats.prefix_cache_hits_tokens == 0
+
+
+@pytest.mark.parametrize("make", [medec, fever], ids=["medec", "fever"])
+async def test_no_system_runs_below_its_prefill_floor(make) -> None:  # type: ignore[no-untyped-def]
+    """The floor is a lower bound on the deterministic simulator, including FEVER, whose
+    table (the claims) is far shorter than the calibration."""
+    workload = make("quick")
+    engine = _engine(num_blocks=200)
+    try:
+        records = await run_systems(engine, workload, ["operator-at-a-time", "adaptive"])
+    finally:
+        await engine.close()
+    assert len(records) == 2
+    for record in records:
+        assert record.prefill_floor_s is not None
+        assert 0 < record.prefill_floor_s <= record.time_s
+
+
+async def test_a_failed_calibration_leaves_the_floor_unknown_and_the_runs_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def failing(*_: object) -> float:
+        raise RuntimeError("engine lost")
+
+    monkeypatch.setattr("bench.runner.peak_prefill_rate_tokens_per_s", failing)
+    engine = _engine()
+    try:
+        records = await run_systems(engine, medec("quick"), ["adaptive"], warm_run=False)
+    finally:
+        await engine.close()
+    assert [r.prefill_floor_s for r in records] == [None]
+
+
+def test_reports_show_the_floor_and_the_speed_up_it_allows() -> None:
+    base = {"workload": "fever", "kv_cache_tokens": 3040, "table_tokens": 266, "llm_calls": 40,
+            "prefill_tokens": 100, "min_prefill_tokens": 100, "lost_prefixes": 0,
+            "cells_agree": 1.0}  # fmt: skip
+    records = [
+        {**base, "system": "operator-at-a-time", "time_s": 24.0, "prefill_floor_s": 22.0},
+        {**base, "system": "adaptive", "time_s": 23.0, "prefill_floor_s": 20.0},
+    ]
+    table = markdown(records)
+    assert "| floor (s) |" in table
+    assert "| adaptive | 23.0 | 20.0 | 1.04x |" in table
+    checked = targets(records)
+    assert "1.04x (3,040 tokens); the prefill floor allows at most 1.20x" in checked
+    assert "**missed**" in checked
+    older = [{k: v for k, v in r.items() if k != "prefill_floor_s"} for r in records]
+    assert "| adaptive | 23.0 | - | 1.04x |" in markdown(older)
+    assert "allows at most" not in targets(older)
