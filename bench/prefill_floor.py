@@ -67,21 +67,30 @@ async def peak_prefill_rate_tokens_per_s(engine: Engine, texts: Sequence[str]) -
 
     Raises:
         ValueError: as :func:`calibration_prompts`.
-        EngineError: a request failed.
+        EngineError: a request failed (the others are cancelled first).
     """
     prompts = calibration_prompts(engine, texts)
     await engine.reset_prefix_cache()
     started_s = engine_clock_s(engine)
-    results = await asyncio.gather(
-        *(
-            engine.generate(
-                GenerateRequest(
-                    request_id=f"prefill-floor:{index}", prompt_token_ids=prompt, max_tokens=1
+    try:
+        # a task group, not gather: when one request fails the others are cancelled, so
+        # none is left running into the timed runs
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(
+                    engine.generate(
+                        GenerateRequest(
+                            request_id=f"prefill-floor:{index}",
+                            prompt_token_ids=prompt,
+                            max_tokens=1,
+                        )
+                    )
                 )
-            )
-            for index, prompt in enumerate(prompts)
-        )
-    )
+                for index, prompt in enumerate(prompts)
+            ]
+    except ExceptionGroup as failure:
+        raise failure.exceptions[0] from None
+    results = [task.result() for task in tasks]
     elapsed_s = engine_clock_s(engine) - started_s
     await engine.reset_prefix_cache()
     computed = sum(r.prompt_tokens - r.cached_tokens for r in results)
