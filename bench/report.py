@@ -81,12 +81,9 @@ def _row(record: dict[str, Any], base_time_s: float | None) -> list[str]:
     ]
 
 
-def _time(group: list[dict[str, Any]], system: str) -> float | None:
-    return next((r["time_s"] for r in group if r["system"] == system), None)
-
-
-def _floor(group: list[dict[str, Any]], system: str) -> float | None:
-    return next((r.get("prefill_floor_s") for r in group if r["system"] == system), None)
+def _time(group: list[dict[str, Any]], system: str, field: str = "time_s") -> float | None:
+    """``system``'s ``field`` (its time by default) in ``group``; None if absent."""
+    return next((r.get(field) for r in group if r["system"] == system), None)
 
 
 def reference_system(group: list[dict[str, Any]]) -> str | None:
@@ -147,7 +144,7 @@ def targets(records: list[dict[str, Any]]) -> str:
             base, adaptive = _time(group, BASELINE), _time(group, "adaptive")
             if base and adaptive:
                 ratios[kv] = base / adaptive
-                floor = _floor(group, "adaptive")
+                floor = _time(group, "adaptive", "prefill_floor_s")
                 if floor:
                     bounds[kv] = base / floor
         if ratios:

@@ -21,6 +21,7 @@ from bench.runner import (
 )
 from bench.workloads import biodex, contractnli, fever, medec
 from kalypso.engine.sim import SimEngine
+from kalypso.engine.warm_up import warm_up
 
 REQUIRED = {"workload", "system", "scale", "engine", "kv_cache_tokens", "time_s", "llm_calls",
             "prompt_tokens", "cached_tokens", "prefill_tokens", "min_prefill_tokens",
@@ -80,7 +81,6 @@ def test_bench_command_runs_the_suite_and_a_kv_sweep_and_draws_every_figure(
     table = markdown(rows)
     assert table.count("**medec**, KV cache") == 3
     assert "speed-up over" not in table and "| 1.00x |" in table
-    names = {p.name for p in plot_file(out)}
     stale = tmp_path / "sweep-fig12-budgets.png"  # an earlier run's figure
     stale.write_bytes(b"png")
     names = {p.name for p in plot_file(out)}
@@ -157,8 +157,6 @@ async def test_the_untimed_warm_run_runs_the_workload_once_more_and_changes_no_r
     """On the deterministic simulator a warm run leaves nothing behind that a timed run
     could see: the records are the same with and without it; the engine looked up one
     more run's prompts in place of the few warm-up requests sent without it."""
-    from kalypso.engine.warm_up import warm_up
-
     workload = medec("quick")
     engine = SimEngine("llama-3.3-70b-4xgpu", num_blocks=600, max_model_len_tokens=9600)
     try:
@@ -247,7 +245,6 @@ def test_sigterm_ends_a_bench_run_like_ctrl_c(tmp_path: Path, background: bool) 
 
 async def test_warm_up_sends_requests_and_leaves_an_empty_prefix_cache() -> None:
     from kalypso.engine.protocol import GenerateRequest
-    from kalypso.engine.warm_up import warm_up
 
     texts = [" ".join(f"w{i}x{j}" for j in range(300)) for i in range(6)]
     engine = SimEngine(num_blocks=64, block_size_tokens=16)
