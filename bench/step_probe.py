@@ -1,0 +1,135 @@
+"""Where a run's time goes on a vLLM server: engine steps, queueing and client idle time.
+
+    python -m bench.step_probe --workload contractnli --kv-tokens 5760 --policy adaptive --runs 2
+
+starts a server (float32, as ``make bench``), runs the workload ``--runs`` times under one
+policy (the prefix cache reset before each) and prints, per run, the wall time, the time
+with no request outstanding from Kalypso (client idle), and the deltas of vLLM's
+histograms around it: engine steps and the tokens they scheduled
+(``vllm:iteration_tokens_total``), and the summed queue, prefill and decode seconds of the
+requests. ``--no-warm-up`` skips the few warm-up requests, to see a fresh server's first
+run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+
+from bench.cli import _engine_for, add_arguments
+from bench.workloads import WORKLOADS
+from kalypso.engine.protocol import Engine, GenerateRequest, GenerateResult
+from kalypso.engine.vllm_http import parse_metrics
+from kalypso.engine.warm_up import warm_up
+
+HISTOGRAMS = (
+    "vllm:iteration_tokens_total",
+    "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds",
+)
+
+
+def histogram_totals(metrics_text: str) -> dict[str, float]:
+    """``<name>_sum`` and ``<name>_count`` of each of :data:`HISTOGRAMS` in a ``/metrics``
+    text (summed over label sets; 0 when absent)."""
+    samples = parse_metrics(metrics_text)
+    return {
+        name + suffix: sum(value for _, value in samples.get(name + suffix, []))
+        for name in HISTOGRAMS
+        for suffix in ("_sum", "_count")
+    }
+
+
+def busy_s(intervals: Iterable[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of the ``(start, end)`` intervals."""
+    total, start, end = 0.0, None, None
+    for s, e in sorted(intervals):
+        if end is None or s > end:
+            if start is not None and end is not None:
+                total += end - start
+            start, end = s, e
+        else:
+            end = max(end, e)
+    if start is not None and end is not None:
+        total += end - start
+    return total
+
+
+class _Timed:
+    """Records each ``generate`` call's (start, end) on the wrapped engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.intervals: list[tuple[float, float]] = []
+        self._generate = engine.generate
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        started = time.monotonic()
+        try:
+            return await self._generate(request)
+        finally:
+            self.intervals.append((started, time.monotonic()))
+
+
+async def _metrics(engine: Engine) -> dict[str, float]:
+    client = getattr(engine, "_client", None)
+    if client is None:
+        raise SystemExit("the step probe needs --engine http (it reads the server's /metrics)")
+    return histogram_totals((await client.get("/metrics")).text)
+
+
+async def probe(args: argparse.Namespace) -> None:
+    workload = WORKLOADS[args.workload](args.scale)
+    engine = await _engine_for(args, [args.policy], args.kv_tokens)
+    try:
+        timed = _Timed(engine)
+        engine.generate = timed.generate  # type: ignore[method-assign]
+        workload.plan.prepare()
+        if not args.no_warm_up:
+            await warm_up(engine, workload.table_text)
+        for run in range(1, args.runs + 1):
+            await engine.reset_prefix_cache()
+            before = await _metrics(engine)
+            timed.intervals.clear()
+            started = time.monotonic()
+            result = await workload.plan.arun(engine, policy=args.policy)
+            wall_s = time.monotonic() - started
+            after = await _metrics(engine)
+            delta = {k: after[k] - before[k] for k in after}
+            print(
+                f"run {run}: wall {wall_s:.1f} s, client idle"
+                f" {wall_s - busy_s(timed.intervals):.1f} s, requests {len(timed.intervals)},"
+                f" prefill {result.prefill_tokens:,} tokens; engine steps"
+                f" {delta['vllm:iteration_tokens_total_count']:.0f} scheduling"
+                f" {delta['vllm:iteration_tokens_total_sum']:,.0f} tokens; summed seconds:"
+                f" queue {delta['vllm:request_queue_time_seconds_sum']:.1f},"
+                f" prefill {delta['vllm:request_prefill_time_seconds_sum']:.1f},"
+                f" decode {delta['vllm:request_decode_time_seconds_sum']:.1f}",
+                flush=True,
+            )
+    finally:
+        await engine.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    parser.add_argument("--policy", default="adaptive")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--no-warm-up", action="store_true")
+    parser.set_defaults(engine="http", deterministic=True)
+    args = parser.parse_args(argv)
+    if args.workload not in WORKLOADS:
+        raise SystemExit(f"--workload: choose one of {sorted(WORKLOADS)}")
+    if args.kv_tokens is None:
+        raise SystemExit("--kv-tokens is required")
+    if args.runs < 1:
+        raise SystemExit(f"--runs must be at least 1, got {args.runs}")
+    asyncio.run(probe(args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
