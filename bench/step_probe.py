@@ -8,15 +8,20 @@ with no request outstanding from Kalypso (client idle), and the deltas of vLLM's
 histograms around it: engine steps and the tokens they scheduled
 (``vllm:iteration_tokens_total``), and the summed queue, prefill and decode seconds of the
 requests. ``--no-warm-up`` skips the few warm-up requests, to see a fresh server's first
-run.
+run. ``--trace PATH`` writes each run's requests (id, start and end seconds, prompt,
+bound and output tokens, priority) to ``PATH.<run>.json`` and prints the share of the run
+with 0, 1-3, 4-15 and 16+ requests outstanding from Kalypso (vLLM runs at most
+``max_num_seqs`` = 16 of them at once).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from bench.cli import _engine_for, add_arguments
 from bench.workloads import WORKLOADS
@@ -59,18 +64,57 @@ def busy_s(intervals: Iterable[tuple[float, float]]) -> float:
 
 
 class _Timed:
-    """Records each ``generate`` call's (start, end) on the wrapped engine."""
+    """Records each ``generate`` call's (start, end) on the wrapped engine, and a trace
+    row per call (times relative to :meth:`clear`)."""
 
     def __init__(self, engine: Engine) -> None:
         self.intervals: list[tuple[float, float]] = []
+        self.trace: list[dict[str, object]] = []
+        self._origin_s = time.monotonic()
         self._generate = engine.generate
+
+    def clear(self) -> None:
+        self.intervals.clear()
+        self.trace.clear()
+        self._origin_s = time.monotonic()
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         started = time.monotonic()
+        output_tokens: int | None = None
         try:
-            return await self._generate(request)
+            result = await self._generate(request)
+            output_tokens = result.output_tokens
+            return result
         finally:
-            self.intervals.append((started, time.monotonic()))
+            ended = time.monotonic()
+            self.intervals.append((started, ended))
+            self.trace.append(
+                {
+                    "request_id": request.request_id,
+                    "start_s": round(started - self._origin_s, 4),
+                    "end_s": round(ended - self._origin_s, 4),
+                    "prompt_tokens": len(request.prompt_token_ids),
+                    "max_tokens": request.max_tokens,
+                    "output_tokens": output_tokens,
+                    "priority": request.priority,
+                }
+            )
+
+
+def concurrency_summary(trace: Sequence[dict[str, object]]) -> str:
+    """Share of the traced span with 0, 1-3, 4-15 and 16+ requests outstanding."""
+    events = sorted(
+        [(float(str(row["start_s"])), 1) for row in trace]
+        + [(float(str(row["end_s"])), -1) for row in trace]
+    )
+    spans = {"0": 0.0, "1-3": 0.0, "4-15": 0.0, "16+": 0.0}
+    level, last = 0, 0.0
+    for at, change in events:
+        key = "0" if level == 0 else "1-3" if level <= 3 else "4-15" if level <= 15 else "16+"
+        spans[key] += at - last
+        level, last = level + change, at
+    total = sum(spans.values()) or 1.0
+    return ", ".join(f"{key}: {100 * span / total:.0f}%" for key, span in spans.items())
 
 
 async def _metrics(engine: Engine) -> dict[str, float]:
@@ -92,7 +136,7 @@ async def probe(args: argparse.Namespace) -> None:
         for run in range(1, args.runs + 1):
             await engine.reset_prefix_cache()
             before = await _metrics(engine)
-            timed.intervals.clear()
+            timed.clear()
             started = time.monotonic()
             result = await workload.plan.arun(engine, policy=args.policy)
             wall_s = time.monotonic() - started
@@ -109,6 +153,10 @@ async def probe(args: argparse.Namespace) -> None:
                 f" decode {delta['vllm:request_decode_time_seconds_sum']:.1f}",
                 flush=True,
             )
+            if args.trace:
+                path = Path(f"{args.trace}.{run}.json")
+                path.write_text(json.dumps(timed.trace, indent=1))
+                print(f"  trace: {path} ({concurrency_summary(timed.trace)})", flush=True)
     finally:
         await engine.close()
 
@@ -119,6 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", default="adaptive")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--no-warm-up", action="store_true")
+    parser.add_argument(
+        "--trace",
+        default=None,
+        help="write each run's requests (start, end, tokens) to TRACE.<run>.json",
+    )
     parser.set_defaults(engine="http", deterministic=True)
     args = parser.parse_args(argv)
     if args.workload not in WORKLOADS:

@@ -1,10 +1,11 @@
-"""The step probe's pure parts: interval union, histogram totals, refused arguments."""
+"""The step probe's pure parts: interval union, histogram totals, the concurrency summary
+of a trace, refused arguments."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.step_probe import busy_s, histogram_totals, main
+from bench.step_probe import busy_s, concurrency_summary, histogram_totals, main
 
 METRICS = """\
 # HELP vllm:iteration_tokens_total Tokens per engine step.
@@ -26,6 +27,15 @@ def test_histogram_totals_read_sums_and_counts_and_zero_for_the_absent() -> None
     assert totals["vllm:iteration_tokens_total_count"] == 3.0
     assert totals["vllm:iteration_tokens_total_sum"] == 2100.0
     assert totals["vllm:request_queue_time_seconds_sum"] == 0.0
+
+
+def test_concurrency_summary_splits_the_span_by_requests_outstanding() -> None:
+    # 0-1 s: one request; 1-2 s: none; 2-3 s: sixteen; 3-4 s: five
+    trace: list[dict[str, object]] = [{"start_s": 0.0, "end_s": 1.0}]
+    trace += [{"start_s": 2.0, "end_s": 3.0} for _ in range(11)]
+    trace += [{"start_s": 2.0, "end_s": 4.0} for _ in range(5)]
+    assert concurrency_summary(trace) == "0: 25%, 1-3: 25%, 4-15: 25%, 16+: 25%"
+    assert concurrency_summary([]) == "0: 0%, 1-3: 0%, 4-15: 0%, 16+: 0%"
 
 
 @pytest.mark.parametrize(
