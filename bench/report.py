@@ -108,8 +108,10 @@ def markdown(records: list[dict[str, Any]]) -> str:
         reference = reference_system(group)
         base = _time(group, reference) if reference else None
         over = f"; speed-up over {reference}" if reference and reference != BASELINE else ""
+        hosts = sorted({str(r["host"]) for r in group if r.get("host")})
+        on = f"; on {' and '.join(hosts)}" if hosts else ""
         lines = [
-            f"**{workload}**, KV cache {kv_tokens:,} tokens{share}{over}",
+            f"**{workload}**, KV cache {kv_tokens:,} tokens{share}{over}{on}",
             "",
             "| " + " | ".join(COLUMNS) + " |",
             "|" + "---|" * len(COLUMNS),

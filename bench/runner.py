@@ -34,6 +34,7 @@ from rich.table import Table as RichTable
 
 from bench.clock import engine_clock_s
 from bench.external_run import ExternalRun
+from bench.host import describe_host
 from bench.prefill_floor import peak_prefill_rate_tokens_per_s
 from bench.workloads import Workload
 from kalypso.engine.protocol import Engine, EngineStats
@@ -88,6 +89,8 @@ class BenchRecord:
     """Engine seconds in decode over the run, summed over requests (they overlap)."""
     preemptions: int = 0
     """Running requests the engine preempted during the run (recomputed later)."""
+    host: str = ""
+    """The machine (:func:`bench.host.describe_host`): ratios do not carry across hosts."""
     prefill_floor_s: float | None = None
     """``min_prefill_tokens`` at the engine's measured peak prefill rate
     (:mod:`bench.prefill_floor`): an estimate of the least time any schedule could take;
@@ -275,6 +278,7 @@ async def run_systems(
                 system=system,
                 scale=workload.scale,
                 engine=engine.name,
+                host=describe_host(),
                 kv_cache_tokens=engine.capacity.total_tokens,
                 table_tokens=table_tokens,
                 time_s=round(elapsed_s, 3),
@@ -345,6 +349,7 @@ def external_record(
         system=system,
         scale=workload.scale,
         engine=reference.engine,
+        host=reference.host,
         kv_cache_tokens=reference.kv_cache_tokens,
         table_tokens=reference.table_tokens,
         time_s=run.time_s,

@@ -49,6 +49,7 @@ from pydantic import ValidationError
 
 from bench.clock import engine_clock_s
 from bench.external_run import ExternalRun, runner_env
+from bench.host import describe_host
 from kalypso.core.options import RunOptions
 from kalypso.core.result_cache import PromptResultCache
 from kalypso.engine.open import EngineSpec, open_engine
@@ -115,6 +116,8 @@ class WorkflowRecord:
     """Fraction of output cells equal to ``kalypso``'s (1.0 for ``kalypso`` itself)."""
     accuracy: float | None
     """Mean over outputs with known answers (the first number is the answer)."""
+    host: str = ""
+    """The machine (:func:`bench.host.describe_host`): ratios do not carry across hosts."""
 
 
 async def run_system(
@@ -236,6 +239,7 @@ async def bench_engine(
                     system=system,
                     scale=scale,
                     engine=engine.name,
+                    host=describe_host(),
                     kv_cache_tokens=engine.capacity.total_tokens,
                     queries=job.queries,
                     time_s=round(elapsed, 3),
@@ -289,6 +293,7 @@ def external_record(
         system="langgraph",
         scale=scale,
         engine=engine.name,
+        host=describe_host(),
         kv_cache_tokens=engine.capacity.total_tokens,
         queries=job.queries,
         time_s=round(run.time_s, 3),

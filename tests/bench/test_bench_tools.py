@@ -28,7 +28,7 @@ REQUIRED = {"workload", "system", "scale", "engine", "kv_cache_tokens", "time_s"
             "continuations", "continued_tokens", "decisions", "outputs_agree", "requests",
             "output_tokens", "prefill_time_s", "decode_time_s", "stages", "accuracy",
             "accuracy_metric", "quality", "near_ties", "differing_not_near_ties",
-            "model"}  # fmt: skip
+            "model", "host"}  # fmt: skip
 
 
 def test_system_names_map_to_run_options() -> None:
