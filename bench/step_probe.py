@@ -11,7 +11,10 @@ requests. ``--no-warm-up`` skips the few warm-up requests, to see a fresh server
 run. ``--trace PATH`` writes each run's requests (id, start and end seconds, prompt,
 bound and output tokens, priority) to ``PATH.<run>.json`` and prints the share of the run
 with 0, 1-3, 4-15 and 16+ requests outstanding from Kalypso (vLLM runs at most
-``max_num_seqs`` = 16 of them at once).
+``max_num_seqs`` = 16 of them at once). ``--decode-step`` then measures one engine step
+with a full batch decoding over the workload's first document, and prints the least
+decoding time the run's output tokens need at that rate (the decode floor, beside the
+prefill floor of :mod:`bench.prefill_floor`).
 """
 
 from __future__ import annotations
@@ -124,6 +127,43 @@ async def _metrics(engine: Engine) -> dict[str, float]:
     return histogram_totals((await client.get("/metrics")).text)
 
 
+DECODE_SHORT_TOKENS, DECODE_LONG_TOKENS = 4, 36
+
+
+def decode_floor_steps(output_tokens: int, max_num_seqs: int) -> int:
+    """Engine steps no schedule can go below: each step decodes at most one token for each
+    of at most ``max_num_seqs`` requests."""
+    return -(-output_tokens // max_num_seqs)
+
+
+async def _timed_batch(engine: Engine, prompts: Sequence[tuple[int, ...]], tokens: int) -> float:
+    started = time.monotonic()
+    async with asyncio.TaskGroup() as group:
+        for index, prompt in enumerate(prompts):
+            request = GenerateRequest(
+                f"decode-step:{tokens}:{index}", prompt, max_tokens=tokens, ignore_eos=True
+            )
+            group.create_task(engine.generate(request))
+    return time.monotonic() - started
+
+
+async def decode_step_s(engine: Engine, document: str, batch: int) -> tuple[float, int]:
+    """(seconds per engine step, context tokens) with ``batch`` requests decoding together,
+    each over ``document``'s tokens (a shared, cached prefix, then a token of its own), at
+    most half the cache shared among them. The step time is the difference between the
+    batch decoding :data:`DECODE_LONG_TOKENS` and :data:`DECODE_SHORT_TOKENS` tokens, over
+    the difference: the prefills, equal in both, cancel out."""
+    room_tokens = engine.capacity.total_tokens // 2 // batch
+    context = engine.tokenizer.encode(document)[: max(1, room_tokens - DECODE_LONG_TOKENS - 1)]
+    prefix = tuple(context)
+    prompts = [(*prefix, prefix[index % len(prefix)]) for index in range(batch)]
+    await _timed_batch(engine, [prefix], 1)  # the shared prefix, cached once
+    short_s = await _timed_batch(engine, prompts, DECODE_SHORT_TOKENS)
+    long_s = await _timed_batch(engine, prompts, DECODE_LONG_TOKENS)
+    await engine.reset_prefix_cache()
+    return (long_s - short_s) / (DECODE_LONG_TOKENS - DECODE_SHORT_TOKENS), len(prefix) + 1
+
+
 async def probe(args: argparse.Namespace) -> None:
     workload = WORKLOADS[args.workload](args.scale)
     engine = await _engine_for(args, [args.policy], args.kv_tokens)
@@ -157,6 +197,16 @@ async def probe(args: argparse.Namespace) -> None:
                 path = Path(f"{args.trace}.{run}.json")
                 path.write_text(json.dumps(timed.trace, indent=1))
                 print(f"  trace: {path} ({concurrency_summary(timed.trace)})", flush=True)
+        if args.decode_step:
+            batch = engine.capacity.max_running_requests or 1
+            step_s, context_tokens = await decode_step_s(engine, workload.table_text[0], batch)
+            steps = decode_floor_steps(result.output_tokens, batch)
+            print(
+                f"decode step with {batch} requests over {context_tokens:,} tokens of context:"
+                f" {step_s:.3f} s; the run's {result.output_tokens:,} decoded tokens need at"
+                f" least {steps} steps, {steps * step_s:.1f} s at that rate",
+                flush=True,
+            )
     finally:
         await engine.close()
 
@@ -167,6 +217,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", default="adaptive")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--no-warm-up", action="store_true")
+    parser.add_argument(
+        "--decode-step",
+        action="store_true",
+        help="after the runs, measure a full batch's decode step over the workload's first"
+        " document, and the least decoding time the run's output tokens need at it",
+    )
     parser.add_argument(
         "--trace",
         default=None,

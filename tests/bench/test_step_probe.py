@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.step_probe import busy_s, concurrency_summary, histogram_totals, main
+from bench.step_probe import (
+    busy_s,
+    concurrency_summary,
+    decode_floor_steps,
+    decode_step_s,
+    histogram_totals,
+    main,
+)
+from kalypso.engine.sim import SimEngine
 
 METRICS = """\
 # HELP vllm:iteration_tokens_total Tokens per engine step.
@@ -36,6 +44,29 @@ def test_concurrency_summary_splits_the_span_by_requests_outstanding() -> None:
     trace += [{"start_s": 2.0, "end_s": 4.0} for _ in range(5)]
     assert concurrency_summary(trace) == "0: 25%, 1-3: 25%, 4-15: 25%, 16+: 25%"
     assert concurrency_summary([]) == "0: 0%, 1-3: 0%, 4-15: 0%, 16+: 0%"
+
+
+def test_the_decode_floor_is_one_token_per_request_slot_per_step() -> None:
+    assert decode_floor_steps(1450, 16) == 91
+    assert decode_floor_steps(16, 16) == 1
+    assert decode_floor_steps(0, 16) == 0
+
+
+async def test_the_decode_step_is_measured_over_a_full_batch_and_leaves_the_cache_empty() -> None:
+    engine = SimEngine(
+        "smollm2-cpu-f32", num_blocks=400, block_size_tokens=16, max_num_seqs=16,
+        max_model_len_tokens=6400,
+    )  # fmt: skip
+    try:
+        step_s, context_tokens = await decode_step_s(engine, "word " * 3000, 16)
+        stats = await engine.stats()
+    finally:
+        await engine.close()
+    assert step_s > 0
+    # 16 contexts of this length and their outputs fit in half the cache
+    assert 16 * (context_tokens + 36) <= 400 * 16 // 2
+    assert engine.block_pool.num_cached_blocks == 0
+    assert (stats.running_requests, stats.waiting_requests) == (0, 0)
 
 
 @pytest.mark.parametrize(
