@@ -149,12 +149,15 @@ async def _timed_batch(engine: Engine, prompts: Sequence[tuple[int, ...]], token
 
 async def decode_step_s(engine: Engine, document: str, batch: int) -> tuple[float, int]:
     """(seconds per engine step, context tokens) with ``batch`` requests decoding together,
-    each over ``document``'s tokens (a shared, cached prefix, then a token of its own), at
-    most half the cache shared among them. The step time is the difference between the
-    batch decoding :data:`DECODE_LONG_TOKENS` and :data:`DECODE_SHORT_TOKENS` tokens, over
-    the difference: the prefills, equal in both, cancel out."""
-    room_tokens = engine.capacity.total_tokens // 2 // batch
-    context = engine.tokenizer.encode(document)[: max(1, room_tokens - DECODE_LONG_TOKENS - 1)]
+    each over ``document``'s tokens (a shared, cached prefix, then a token of its own), as
+    the calls over one document share it; the prefix and the requests' own blocks take at
+    most half the cache. The step time is the difference between the batch decoding
+    :data:`DECODE_LONG_TOKENS` and :data:`DECODE_SHORT_TOKENS` tokens, over the difference:
+    the prefills, equal in both, cancel out."""
+    capacity = engine.capacity
+    own_tokens = batch * (DECODE_LONG_TOKENS + 1 + capacity.block_size_tokens)
+    room_tokens = capacity.total_tokens // 2 - own_tokens
+    context = engine.tokenizer.encode(document)[: max(1, room_tokens - 1)]
     prefix = tuple(context)
     prompts = [(*prefix, prefix[index % len(prefix)]) for index in range(batch)]
     await _timed_batch(engine, [prefix], 1)  # the shared prefix, cached once
