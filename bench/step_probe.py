@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bench.cli import _engine_for, add_arguments
+from bench.clock import engine_clock_s
 from bench.workloads import WORKLOADS
 from kalypso.engine.protocol import Engine, GenerateRequest, GenerateResult
 from kalypso.engine.vllm_http import parse_metrics
@@ -137,14 +138,14 @@ def decode_floor_steps(output_tokens: int, max_num_seqs: int) -> int:
 
 
 async def _timed_batch(engine: Engine, prompts: Sequence[tuple[int, ...]], tokens: int) -> float:
-    started = time.monotonic()
+    started = engine_clock_s(engine)
     async with asyncio.TaskGroup() as group:
         for index, prompt in enumerate(prompts):
             request = GenerateRequest(
                 f"decode-step:{tokens}:{index}", prompt, max_tokens=tokens, ignore_eos=True
             )
             group.create_task(engine.generate(request))
-    return time.monotonic() - started
+    return engine_clock_s(engine) - started
 
 
 async def decode_step_s(engine: Engine, document: str, batch: int) -> tuple[float, int]:

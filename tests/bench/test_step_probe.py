@@ -62,7 +62,17 @@ async def test_the_decode_step_is_measured_over_a_full_batch_and_leaves_the_cach
         stats = await engine.stats()
     finally:
         await engine.close()
+    # the simulator's clock: 32 more steps of a 16-request batch, each costing its profile's
+    # step (positive, and the same in every run)
     assert step_s > 0
+    again = SimEngine(
+        "smollm2-cpu-f32", num_blocks=400, block_size_tokens=16, max_num_seqs=16,
+        max_model_len_tokens=6400,
+    )  # fmt: skip
+    try:
+        assert await decode_step_s(again, "word " * 3000, 16) == (step_s, context_tokens)
+    finally:
+        await again.close()
     # the shared context and each request's own block and output fit in half the cache
     assert 1000 < context_tokens + 16 * (36 + 1 + 16) <= 400 * 16 // 2
     assert engine.block_pool.num_cached_blocks == 0
