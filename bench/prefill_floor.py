@@ -14,12 +14,12 @@ whose prompts are much longer than the texts can prefill a little slower than th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Sequence
 
 from bench.clock import engine_clock_s
+from kalypso.engine.batch import generate_all
 from kalypso.engine.protocol import Engine, GenerateRequest
 
 logger = logging.getLogger(__name__)
@@ -72,25 +72,15 @@ async def peak_prefill_rate_tokens_per_s(engine: Engine, texts: Sequence[str]) -
     prompts = calibration_prompts(engine, texts)
     await engine.reset_prefix_cache()
     started_s = engine_clock_s(engine)
-    try:
-        # a task group, not gather: when one request fails the others are cancelled, so
-        # none is left running into the timed runs
-        async with asyncio.TaskGroup() as group:
-            tasks = [
-                group.create_task(
-                    engine.generate(
-                        GenerateRequest(
-                            request_id=f"prefill-floor:{index}",
-                            prompt_token_ids=prompt,
-                            max_tokens=1,
-                        )
-                    )
-                )
-                for index, prompt in enumerate(prompts)
-            ]
-    except ExceptionGroup as failure:
-        raise failure.exceptions[0] from None
-    results = [task.result() for task in tasks]
+    # generate_all, not gather: when one request fails the others are cancelled, so none
+    # is left running into the timed runs
+    results = await generate_all(
+        engine,
+        [
+            GenerateRequest(f"prefill-floor:{index}", prompt, max_tokens=1)
+            for index, prompt in enumerate(prompts)
+        ],
+    )
     elapsed_s = engine_clock_s(engine) - started_s
     await engine.reset_prefix_cache()
     computed = sum(r.prompt_tokens - r.cached_tokens for r in results)

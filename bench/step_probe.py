@@ -29,6 +29,7 @@ from pathlib import Path
 from bench.cli import _engine_for, add_arguments
 from bench.clock import engine_clock_s
 from bench.workloads import WORKLOADS
+from kalypso.engine.batch import generate_all
 from kalypso.engine.protocol import Engine, GenerateRequest, GenerateResult
 from kalypso.engine.vllm_http import parse_metrics
 from kalypso.engine.warm_up import warm_up
@@ -138,13 +139,12 @@ def decode_floor_steps(output_tokens: int, max_num_seqs: int) -> int:
 
 
 async def _timed_batch(engine: Engine, prompts: Sequence[tuple[int, ...]], tokens: int) -> float:
+    requests = [
+        GenerateRequest(f"decode-step:{tokens}:{index}", prompt, tokens, ignore_eos=True)
+        for index, prompt in enumerate(prompts)
+    ]
     started = engine_clock_s(engine)
-    async with asyncio.TaskGroup() as group:
-        for index, prompt in enumerate(prompts):
-            request = GenerateRequest(
-                f"decode-step:{tokens}:{index}", prompt, max_tokens=tokens, ignore_eos=True
-            )
-            group.create_task(engine.generate(request))
+    await generate_all(engine, requests)
     return engine_clock_s(engine) - started
 
 

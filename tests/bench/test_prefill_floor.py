@@ -3,8 +3,6 @@ simulator."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from bench.prefill_floor import (
@@ -15,8 +13,9 @@ from bench.prefill_floor import (
 from bench.report import markdown, targets
 from bench.runner import run_systems
 from bench.workloads import fever, medec
-from kalypso.engine.protocol import EngineError, GenerateRequest, GenerateResult
+from kalypso.engine.protocol import EngineError
 from kalypso.engine.sim import SimEngine
+from tests.engine.failing_sim import FailingOneSim
 
 
 def _engine(num_blocks: int = 600) -> SimEngine:
@@ -84,18 +83,13 @@ async def test_a_failed_calibration_leaves_the_floor_unknown_and_the_runs_go_on(
     assert [r.prefill_floor_s for r in records] == [None]
 
 
-class _FailingFirstSim(SimEngine):
-    """The simulator, failing the first calibration request after the others started."""
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        if request.request_id == "prefill-floor:0":
-            await asyncio.sleep(0)
-            raise EngineError("injected failure")
-        return await super().generate(request)
-
-
 async def test_a_failed_calibration_request_leaves_no_other_running() -> None:
-    engine = _FailingFirstSim("smollm2-cpu-f32", num_blocks=600, max_model_len_tokens=8192)
+    engine = FailingOneSim(
+        "smollm2-cpu-f32",
+        num_blocks=600,
+        max_model_len_tokens=8192,
+        fail_request_id="prefill-floor:0",
+    )
     try:
         with pytest.raises(EngineError, match="injected failure"):
             await peak_prefill_rate_tokens_per_s(engine, medec("quick").table_text)

@@ -3,25 +3,14 @@ cancels the others and is raised as itself."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from kalypso.engine.protocol import EngineError, GenerateRequest, GenerateResult
+from kalypso.engine.protocol import EngineError
 from kalypso.engine.sim import SimEngine
 from kalypso.engine.warm_up import warm_up
+from tests.engine.failing_sim import FailingOneSim
 
 TEXTS = [f"document {i} " + "word " * 300 for i in range(6)]
-
-
-class _FailingFirstSim(SimEngine):
-    """The simulator, failing the first warm-up request once the others have started."""
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        if request.request_id == "warm-up:0":
-            await asyncio.sleep(0)
-            raise EngineError("injected failure")
-        return await super().generate(request)
 
 
 async def test_warm_up_sends_four_requests_and_leaves_the_cache_empty() -> None:
@@ -37,7 +26,9 @@ async def test_warm_up_sends_four_requests_and_leaves_the_cache_empty() -> None:
 
 
 async def test_a_failed_warm_up_request_cancels_the_others() -> None:
-    engine = _FailingFirstSim("smollm2-cpu-f32", num_blocks=600, max_model_len_tokens=8192)
+    engine = FailingOneSim(
+        "smollm2-cpu-f32", num_blocks=600, max_model_len_tokens=8192, fail_request_id="warm-up:0"
+    )
     try:
         with pytest.raises(EngineError, match="injected failure"):
             await warm_up(engine, TEXTS)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
+from kalypso.engine.batch import generate_all
 from kalypso.engine.protocol import Engine, GenerateRequest
 
 
@@ -21,17 +21,10 @@ async def warm_up(engine: Engine, texts: Sequence[str], requests: int = 4) -> No
         engine.tokenizer.encode(text)[: max(1, capacity // (2 * requests))]
         for text in texts[:requests]
     ]
-    try:
-        # a task group, not gather: a failed request cancels the others
-        async with asyncio.TaskGroup() as group:
-            for index, prompt in enumerate(prompts):
-                if prompt:
-                    request = GenerateRequest(
-                        request_id=f"warm-up:{index}",
-                        prompt_token_ids=tuple(prompt),
-                        max_tokens=16,
-                    )
-                    group.create_task(engine.generate(request))
-    except ExceptionGroup as failure:
-        raise failure.exceptions[0] from None
+    batch = [
+        GenerateRequest(f"warm-up:{index}", tuple(prompt), max_tokens=16)
+        for index, prompt in enumerate(prompts)
+        if prompt
+    ]
+    await generate_all(engine, batch)
     await engine.reset_prefix_cache()

@@ -30,6 +30,7 @@ import itertools
 import statistics
 from dataclasses import dataclass
 
+from kalypso.engine.batch import generate_all
 from kalypso.engine.protocol import Engine, GenerateRequest
 
 PREFILL_LENGTHS_TOKENS = (128, 384, 768, 1152, 1536)
@@ -68,7 +69,7 @@ async def _batch_time_s(engine: Engine, name: str, prompts: list[tuple[int, ...]
         GenerateRequest(f"{name}-{i}", prompt, m, ignore_eos=True)
         for i, prompt in enumerate(prompts)
     ]
-    results = await asyncio.gather(*(engine.generate(r) for r in requests))
+    results = await generate_all(engine, requests)
     return max(r.timings.total_s for r in results)
 
 
