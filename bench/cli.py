@@ -142,7 +142,13 @@ def _kv_tokens(kv_tokens: int, longest_tokens: int) -> int:
     return max(kv_tokens, 2 * longest_tokens + 1024)
 
 
-async def _engine_for(args: argparse.Namespace, systems: list[str], kv_tokens: int) -> Engine:
+async def _engine_for(
+    args: argparse.Namespace,
+    systems: list[str],
+    kv_tokens: int,
+    *,
+    scheduler_cls: str | None = None,
+) -> Engine:
     if args.engine == "sim":
         from kalypso.engine.sim import SimEngine, get_profile
 
@@ -162,6 +168,7 @@ async def _engine_for(args: argparse.Namespace, systems: list[str], kv_tokens: i
         max_num_seqs=16,
         block_size_tokens=args.block_size,
         deterministic=args.deterministic,
+        scheduler_cls=scheduler_cls,
     )
     # a started server opens its admin endpoints (prefix-cache resets between systems)
     return await open_engine(

@@ -14,7 +14,11 @@ with 0, 1-3, 4-15 and 16+ requests outstanding from Kalypso (vLLM runs at most
 ``max_num_seqs`` = 16 of them at once). ``--decode-step`` then measures one engine step
 with a full batch decoding over the workload's first document, and prints the least
 decoding time the run's output tokens need at that rate (the decode floor, beside the
-prefill floor of :mod:`bench.prefill_floor`).
+prefill floor of :mod:`bench.prefill_floor`). ``--engine-trace PATH`` runs the server
+with the step-trace scheduler (:mod:`kalypso.engine.vllm_step_trace`, vLLM's own
+scheduling), writes its steps to ``PATH`` and prints, per run, the engine's steps by kind
+(prefill, mixed, decode), their seconds and tokens, its idle time and a least-squares
+cost per step (:mod:`bench.engine_steps`); policies that pin explicitly cannot use it.
 """
 
 from __future__ import annotations
@@ -22,16 +26,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bench.cli import _engine_for, add_arguments
 from bench.clock import engine_clock_s
+from bench.engine_steps import load_steps, summarise
+from bench.runner import needs_pinning
 from bench.workloads import WORKLOADS
 from kalypso.engine.batch import generate_all
 from kalypso.engine.protocol import Engine, GenerateRequest, GenerateResult
 from kalypso.engine.vllm_http import parse_metrics
+from kalypso.engine.vllm_step_trace import STEP_TRACE_ENV_VAR, STEP_TRACE_SCHEDULER_CLS
 from kalypso.engine.warm_up import warm_up
 
 HISTOGRAMS = (
@@ -170,7 +178,12 @@ async def decode_step_s(engine: Engine, document: str, batch: int) -> tuple[floa
 
 async def probe(args: argparse.Namespace) -> None:
     workload = WORKLOADS[args.workload](args.scale)
-    engine = await _engine_for(args, [args.policy], args.kv_tokens)
+    scheduler_cls = None
+    if args.engine_trace:
+        Path(args.engine_trace).unlink(missing_ok=True)
+        os.environ[STEP_TRACE_ENV_VAR] = str(Path(args.engine_trace).resolve())
+        scheduler_cls = STEP_TRACE_SCHEDULER_CLS
+    engine = await _engine_for(args, [args.policy], args.kv_tokens, scheduler_cls=scheduler_cls)
     try:
         timed = _Timed(engine)
         engine.generate = timed.generate  # type: ignore[method-assign]
@@ -184,6 +197,7 @@ async def probe(args: argparse.Namespace) -> None:
             started = time.monotonic()
             result = await workload.plan.arun(engine, policy=args.policy)
             wall_s = time.monotonic() - started
+            ended = time.monotonic()
             after = await _metrics(engine)
             delta = {k: after[k] - before[k] for k in after}
             print(
@@ -201,6 +215,9 @@ async def probe(args: argparse.Namespace) -> None:
                 path = Path(f"{args.trace}.{run}.json")
                 path.write_text(json.dumps(timed.trace, indent=1))
                 print(f"  trace: {path} ({concurrency_summary(timed.trace)})", flush=True)
+            if args.engine_trace:
+                steps = load_steps(Path(args.engine_trace))
+                print(summarise(steps, started, ended).explain(), flush=True)
         if args.decode_step:
             batch = engine.capacity.max_running_requests or 1
             step_s, context_tokens = await decode_step_s(engine, workload.table_text[0], batch)
@@ -232,12 +249,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="write each run's requests (start, end, tokens) to TRACE.<run>.json",
     )
+    parser.add_argument(
+        "--engine-trace",
+        default=None,
+        help="run vLLM with the step-trace scheduler, write its steps to ENGINE_TRACE and"
+        " print each run's engine steps by kind",
+    )
     parser.set_defaults(engine="http", deterministic=True)
     args = parser.parse_args(argv)
     if args.workload not in WORKLOADS:
         raise SystemExit(f"--workload: choose one of {sorted(WORKLOADS)}")
     if args.kv_tokens is None:
         raise SystemExit("--kv-tokens is required")
+    if args.engine_trace and (args.engine == "sim" or needs_pinning([args.policy])):
+        raise SystemExit(
+            "--engine-trace needs a vLLM engine and a policy without explicit pins"
+            f" (got --engine {args.engine}, --policy {args.policy})"
+        )
     if args.runs < 1:
         raise SystemExit(f"--runs must be at least 1, got {args.runs}")
     asyncio.run(probe(args))
