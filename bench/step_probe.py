@@ -216,8 +216,8 @@ async def probe(args: argparse.Namespace) -> None:
                 path.write_text(json.dumps(timed.trace, indent=1))
                 print(f"  trace: {path} ({concurrency_summary(timed.trace)})", flush=True)
             if args.engine_trace:
-                steps = load_steps(Path(args.engine_trace))
-                print(summarise(steps, started, ended).explain(), flush=True)
+                traced = load_steps(Path(args.engine_trace))
+                print(summarise(traced, started, ended).explain(), flush=True)
         if args.decode_step:
             batch = engine.capacity.max_running_requests or 1
             step_s, context_tokens = await decode_step_s(engine, workload.table_text[0], batch)
