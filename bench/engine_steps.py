@@ -6,10 +6,18 @@ A step is *prefill* when it scheduled only prompt tokens, *decode* when it sched
 generated ones, and *mixed* otherwise. A step's seconds run from the later of its
 scheduling and the previous step's end to its own end (see the trace module), so the
 steps' seconds and the engine's idle seconds add up to the window exactly.
+
+``python -m bench.engine_steps TRACE [TRACE ...]`` fits one cost per step over the steps of
+all the files together (runs of different policies make the fit's terms separable) and
+prints, for each run, its steps' seconds split into the fit's parts: a fixed cost per
+step, a cost per prefill token, per decode token and per attention pair. A file's runs are
+the windows its :func:`runs_path` file lists (``bench.step_probe`` writes it; the steps
+outside them, such as a warm-up's, are left out), or the whole file without one.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +31,12 @@ KINDS = ("prefill", "mixed", "decode")
 def load_steps(path: Path) -> list[dict[str, float]]:
     """The steps of a trace file, one JSON object per line, in file order."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def runs_path(trace: Path) -> Path:
+    """The file beside ``trace`` that lists its runs' windows: a JSON list of
+    ``{"run": n, "start_s": ..., "end_s": ...}`` on the trace's clock."""
+    return trace.with_name(trace.name + ".runs.json")
 
 
 def step_kind(step: dict[str, float]) -> str:
@@ -41,6 +55,58 @@ class KindTotals:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     requests: int = 0
+    attention_pairs: int = 0
+    waiting_steps: int = 0
+    """Steps after which vLLM still held requests waiting (no sequence slot or no blocks
+    for them): work that could have joined the step but did not."""
+    waiting_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A step's seconds as a linear cost: a fixed part, and parts per prefill token, per
+    decode token and per attention pair (the query-key pairs of the trace module; their
+    count grows with each token's distance from its prompt's start)."""
+
+    step_s: float
+    prefill_token_s: float
+    decode_token_s: float
+    attention_pair_s: float
+
+    @classmethod
+    def fit(cls, steps: Sequence[dict[str, float]], seconds: Sequence[float]) -> StepCost:
+        """The least-squares cost of ``steps`` taking ``seconds`` each.
+
+        Raises:
+            ValueError: fewer than five steps, or the two lengths differ.
+        """
+        if len(steps) != len(seconds):
+            raise ValueError(f"{len(steps)} steps but {len(seconds)} durations")
+        if len(steps) < 5:
+            raise ValueError(f"a fit needs at least five steps, got {len(steps)}")
+        x = np.array(
+            [[1.0, s["prefill_tokens"], s["decode_tokens"], s["attention_pairs"]] for s in steps]
+        )
+        c = np.linalg.lstsq(x, np.array(seconds, dtype=float), rcond=None)[0]
+        return cls(float(c[0]), float(c[1]), float(c[2]), float(c[3]))
+
+    def parts_s(self, steps: Sequence[dict[str, float]]) -> dict[str, float]:
+        """The seconds this cost gives ``steps``, by part: ``steps``, ``prefill tokens``,
+        ``decode tokens`` and ``attention``."""
+        return {
+            "steps": self.step_s * len(steps),
+            "prefill tokens": self.prefill_token_s * sum(s["prefill_tokens"] for s in steps),
+            "decode tokens": self.decode_token_s * sum(s["decode_tokens"] for s in steps),
+            "attention": self.attention_pair_s * sum(s["attention_pairs"] for s in steps),
+        }
+
+    def explain(self) -> str:
+        """One line: the cost's four terms."""
+        return (
+            f"{self.step_s * 1e3:.0f} ms a step + {self.prefill_token_s * 1e3:.2f} ms a"
+            f" prefill token + {self.decode_token_s * 1e3:.2f} ms a decode token +"
+            f" {self.attention_pair_s * 1e6:.2f} s per million attention pairs"
+        )
 
 
 @dataclass
@@ -50,9 +116,10 @@ class StepSummary:
     window_s: float
     idle_s: float
     kinds: dict[str, KindTotals] = field(default_factory=dict)
-    fit_s: tuple[float, float, float, float] | None = None
-    """Seconds per step, per prefill token, per decode token and per 1,000 context
-    tokens, by least squares over the steps (None under five steps)."""
+    fit: StepCost | None = None
+    """The window's steps' cost, by least squares (None under five steps)."""
+    parts_s: dict[str, float] = field(default_factory=dict)
+    """The window's steps' seconds by the fit's parts (empty without a fit)."""
 
     def explain(self) -> str:
         """A few lines a reader can put beside the run's wall time."""
@@ -67,15 +134,13 @@ class StepSummary:
             lines.append(
                 f"  {kind}: {t.steps} steps, {t.seconds:.1f} s, prefill {t.prefill_tokens:,},"
                 f" decode {t.decode_tokens:,} tokens, mean batch"
-                f" {t.requests / t.steps:.1f} requests{rate}"
+                f" {t.requests / t.steps:.1f} requests,"
+                f" {t.attention_pairs / 1e6:,.1f}M attention pairs{rate};"
+                f" {t.waiting_steps} steps ({t.waiting_s:.1f} s) with requests waiting"
             )
-        if self.fit_s is not None:
-            base, per_prefill, per_decode, per_context = self.fit_s
-            lines.append(
-                f"  fit: {base * 1e3:.0f} ms a step + {per_prefill * 1e3:.2f} ms a prefill"
-                f" token + {per_decode * 1e3:.2f} ms a decode token +"
-                f" {per_context * 1e3:.2f} ms per 1,000 context tokens"
-            )
+        if self.fit is not None:
+            lines.append(f"  fit: {self.fit.explain()}")
+            lines.append(f"  by part: {_parts_line(self.parts_s)}")
         return "\n".join(lines)
 
 
@@ -89,6 +154,24 @@ def step_seconds(steps: Sequence[dict[str, float]]) -> list[float]:
     return seconds
 
 
+def steps_in_window(
+    steps: Sequence[dict[str, float]], start_s: float, end_s: float
+) -> list[tuple[dict[str, float], float]]:
+    """``(step, seconds)`` for the steps that ended within ``[start_s, end_s]``; a step that
+    began before the window counts from its start.
+
+    Raises:
+        ValueError: the window ends before it starts.
+    """
+    if end_s < start_s:
+        raise ValueError(f"the window ends ({end_s}) before it starts ({start_s})")
+    return [
+        (step, min(seconds, step["done_s"] - start_s))
+        for step, seconds in zip(steps, step_seconds(steps), strict=True)
+        if start_s <= step["done_s"] <= end_s
+    ]
+
+
 def summarise(steps: Sequence[dict[str, float]], start_s: float, end_s: float) -> StepSummary:
     """The steps that ended within ``[start_s, end_s]`` (``time.monotonic()`` seconds),
     by kind (a step that began before the window counts from its start); idle is the
@@ -97,14 +180,7 @@ def summarise(steps: Sequence[dict[str, float]], start_s: float, end_s: float) -
     Raises:
         ValueError: the window ends before it starts.
     """
-    if end_s < start_s:
-        raise ValueError(f"the window ends ({end_s}) before it starts ({start_s})")
-    durations = step_seconds(steps)
-    inside = [
-        (step, min(seconds, step["done_s"] - start_s))
-        for step, seconds in zip(steps, durations, strict=True)
-        if start_s <= step["done_s"] <= end_s
-    ]
+    inside = steps_in_window(steps, start_s, end_s)
     kinds = {kind: KindTotals() for kind in KINDS}
     for step, seconds in inside:
         totals = kinds[step_kind(step)]
@@ -113,23 +189,60 @@ def summarise(steps: Sequence[dict[str, float]], start_s: float, end_s: float) -
         totals.prefill_tokens += int(step["prefill_tokens"])
         totals.decode_tokens += int(step["decode_tokens"])
         totals.requests += int(step["requests"])
+        totals.attention_pairs += int(step["attention_pairs"])
+        if step["waiting"]:
+            totals.waiting_steps += 1
+            totals.waiting_s += seconds
     busy_s = sum(seconds for _, seconds in inside)
-    fit = None
+    fit, parts = None, {}
     if len(inside) >= 5:
-        x = np.array(
-            [
-                [1.0, s["prefill_tokens"], s["decode_tokens"], s["context_tokens"] / 1000]
-                for s, _ in inside
-            ]
-        )
-        y = np.array([seconds for _, seconds in inside])
-        coefficients = np.linalg.lstsq(x, y, rcond=None)[0]
-        fit = (
-            float(coefficients[0]),
-            float(coefficients[1]),
-            float(coefficients[2]),
-            float(coefficients[3]),
-        )
+        fit = StepCost.fit([s for s, _ in inside], [seconds for _, seconds in inside])
+        parts = fit.parts_s([s for s, _ in inside])
     return StepSummary(
-        window_s=end_s - start_s, idle_s=end_s - start_s - busy_s, kinds=kinds, fit_s=fit
+        window_s=end_s - start_s,
+        idle_s=end_s - start_s - busy_s,
+        kinds=kinds,
+        fit=fit,
+        parts_s=parts,
     )
+
+
+def _parts_line(parts_s: dict[str, float]) -> str:
+    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in parts_s.items())
+
+
+def _runs(path: Path) -> dict[str, list[tuple[dict[str, float], float]]]:
+    steps = load_steps(path)
+    windows = runs_path(path)
+    if not windows.exists():
+        return {str(path): list(zip(steps, step_seconds(steps), strict=True))}
+    return {
+        f"{path} run {w['run']}": steps_in_window(steps, w["start_s"], w["end_s"])
+        for w in json.loads(windows.read_text())
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces", nargs="+", type=Path, help="step-trace files (JSON lines)")
+    args = parser.parse_args(argv)
+    runs = {name: run for path in args.traces for name, run in _runs(path).items()}
+    pooled = [pair for run in runs.values() for pair in run]
+    try:
+        cost = StepCost.fit([step for step, _ in pooled], [seconds for _, seconds in pooled])
+    except ValueError as error:
+        raise SystemExit(f"cannot fit: {error}") from error
+    residual_s = [seconds - sum(cost.parts_s([step]).values()) for step, seconds in pooled]
+    print(f"fit over {len(pooled)} steps: {cost.explain()}")
+    print(f"  residual per step: mean |e| {np.abs(residual_s).mean():.3f} s")
+    for name, run in runs.items():
+        parts = cost.parts_s([step for step, _ in run])
+        print(
+            f"{name}: {len(run)} steps, {sum(seconds for _, seconds in run):.1f} s measured,"
+            f" {sum(parts.values()):.1f} s fitted: {_parts_line(parts)}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,9 +7,12 @@ floor no schedule can go below: decoding and any prefill beyond the minimum only
 it. The ratio of the baseline's time to adaptive's floor is the best speed-up adaptive
 could reach on this engine; a target above it cannot be met by scheduling.
 
-It is an estimate, not a proof: the calibration prompts are the workload's own texts, and
-a prompt's tokens cost more the further they sit from its start (attention), so a run
-whose prompts are much longer than the texts can prefill a little slower than the peak.
+It is an estimate, not a proof: the calibration prompts are the workload's own texts, at
+most :data:`LONGEST_PROMPT_TOKENS` long, and a prompt's tokens cost more the further they
+sit from its start (attention). A run whose prompts are much longer prefills slower than
+the peak, by much on a small model: on ContractNLI on an AVX2 host, adaptive's least
+prefill time with attention counted (``bench.engine_steps``' fit) was 1.6 times this
+floor (BENCHMARKS.md, *Where ContractNLI's time goes, step by step*).
 """
 
 from __future__ import annotations

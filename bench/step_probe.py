@@ -33,7 +33,7 @@ from pathlib import Path
 
 from bench.cli import _engine_for, add_arguments
 from bench.clock import engine_clock_s
-from bench.engine_steps import load_steps, summarise
+from bench.engine_steps import load_steps, runs_path, summarise
 from bench.runner import needs_pinning
 from bench.workloads import WORKLOADS
 from kalypso.engine.batch import generate_all
@@ -181,6 +181,7 @@ async def probe(args: argparse.Namespace) -> None:
     scheduler_cls = None
     if args.engine_trace:
         Path(args.engine_trace).unlink(missing_ok=True)
+        runs_path(Path(args.engine_trace)).unlink(missing_ok=True)
         os.environ[STEP_TRACE_ENV_VAR] = str(Path(args.engine_trace).resolve())
         scheduler_cls = STEP_TRACE_SCHEDULER_CLS
     engine = await _engine_for(args, [args.policy], args.kv_tokens, scheduler_cls=scheduler_cls)
@@ -190,6 +191,7 @@ async def probe(args: argparse.Namespace) -> None:
         workload.plan.prepare()
         if not args.no_warm_up:
             await warm_up(engine, workload.table_text)
+        windows: list[dict[str, float]] = []
         for run in range(1, args.runs + 1):
             await engine.reset_prefix_cache()
             before = await _metrics(engine)
@@ -216,6 +218,8 @@ async def probe(args: argparse.Namespace) -> None:
                 path.write_text(json.dumps(timed.trace, indent=1))
                 print(f"  trace: {path} ({concurrency_summary(timed.trace)})", flush=True)
             if args.engine_trace:
+                windows.append({"run": run, "start_s": started, "end_s": ended})
+                runs_path(Path(args.engine_trace)).write_text(json.dumps(windows))
                 traced = load_steps(Path(args.engine_trace))
                 print(summarise(traced, started, ended).explain(), flush=True)
         if args.decode_step:

@@ -18,6 +18,7 @@ from kalypso.engine.protocol import GenerateRequest
 from kalypso.engine.vllm_step_trace import (
     STEP_TRACE_ENV_VAR,
     STEP_TRACE_SCHEDULER_CLS,
+    attention_pairs,
     split_scheduled_tokens,
 )
 from tests.conftest import deterministic_vllm_settings
@@ -41,6 +42,26 @@ def test_split_refuses_impossible_counts() -> None:
         split_scheduled_tokens(-1, 5, 5)
     with pytest.raises(ValueError, match="only 3 computed"):
         split_scheduled_tokens(4, 3, 5)
+
+
+@pytest.mark.parametrize(
+    ("scheduled", "before", "expected"),
+    [
+        (3, 0, 6),  # a 3-token prompt: 1 + 2 + 3 pairs
+        (1, 300, 301),  # one decode token after 300
+        (2, 10, 23),  # two tokens after 10: 11 + 12
+        (0, 50, 0),
+    ],
+)
+def test_attention_pairs(scheduled: int, before: int, expected: int) -> None:
+    assert attention_pairs(scheduled, before) == expected
+
+
+def test_attention_pairs_add_up_over_chunks() -> None:
+    # a prompt's pairs do not depend on how it is chunked across steps
+    assert attention_pairs(100, 0) + attention_pairs(50, 100) == attention_pairs(150, 0)
+    with pytest.raises(ValueError, match="negative"):
+        attention_pairs(1, -1)
 
 
 def test_importing_does_not_import_vllm() -> None:
@@ -87,5 +108,14 @@ async def test_trace_accounts_for_every_token(
     # decode count lies between the tokens decoded after the first and all of them
     decoded = sum(r.output_tokens for r in results)
     assert decoded - len(results) <= sum(s["decode_tokens"] for s in steps) <= decoded
+    # every computed token attended to itself and every earlier token of its request,
+    # whatever the chunking (cached tokens are not computed)
+    low = sum(
+        attention_pairs(r.prefill_tokens + r.output_tokens - 1, r.cached_tokens) for r in results
+    )
+    high = sum(
+        attention_pairs(r.prefill_tokens + r.output_tokens, r.cached_tokens) for r in results
+    )
+    assert low <= sum(s["attention_pairs"] for s in steps) <= high
     assert all(seconds >= 0 for seconds in step_seconds(steps))
     assert max(s["requests"] for s in steps) <= 4

@@ -12,7 +12,9 @@ to that file:
 - ``prefill_tokens`` and ``decode_tokens``: the step's scheduled tokens that were prompt
   tokens and those that were generated ones (:func:`split_scheduled_tokens`);
 - ``requests``: the requests the step ran; ``context_tokens``: the tokens those requests
-  had already computed or found cached before the step (what attention reads);
+  had already computed or found cached before the step; ``attention_pairs``: the
+  query-key pairs the step's attention computes, each scheduled token against itself and
+  every earlier token of its request (:func:`attention_pairs`);
 - ``running`` and ``waiting``: vLLM's queues after scheduling.
 
 Without the variable the scheduler is vLLM's, unchanged. Scheduling is exactly vLLM's in
@@ -65,6 +67,21 @@ def split_scheduled_tokens(
     return prefill, scheduled_tokens - prefill
 
 
+def attention_pairs(scheduled_tokens: int, computed_before_tokens: int) -> int:
+    """The query-key pairs causal attention computes for ``scheduled_tokens`` new tokens of
+    one request after ``computed_before_tokens`` earlier ones: each new token attends to
+    every earlier token and to itself.
+
+    Raises:
+        ValueError: a count is negative.
+    """
+    if min(scheduled_tokens, computed_before_tokens) < 0:
+        raise ValueError("token counts cannot be negative")
+    return (
+        scheduled_tokens * computed_before_tokens + scheduled_tokens * (scheduled_tokens + 1) // 2
+    )
+
+
 def _build() -> type[Scheduler]:
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -83,20 +100,23 @@ def _build() -> type[Scheduler]:
             output = super().schedule(*args, **kwargs)
             if self._trace is None or not output.num_scheduled_tokens:
                 return output
-            prefill = decode = context = 0
+            prefill = decode = context = pairs = 0
             for request_id, tokens in output.num_scheduled_tokens.items():
                 request = self.requests[request_id]
                 p, d = split_scheduled_tokens(
                     tokens, request.num_computed_tokens, request.num_prompt_tokens
                 )
                 prefill, decode = prefill + p, decode + d
-                context += request.num_computed_tokens - tokens
+                before = request.num_computed_tokens - tokens
+                context += before
+                pairs += attention_pairs(tokens, before)
             self._pending[id(output)] = {
                 "scheduled_s": time.monotonic(),
                 "prefill_tokens": prefill,
                 "decode_tokens": decode,
                 "requests": len(output.num_scheduled_tokens),
                 "context_tokens": context,
+                "attention_pairs": pairs,
                 "running": len(self.running),
                 "waiting": len(self.waiting),
             }
