@@ -7,8 +7,9 @@ operator-at-a-time measured at the same KV size in the same file (the same invoc
 over adaptive where operator-at-a-time did not run (``make bench-more``); ``--targets``
 prints the issue-12 targets checked against the file instead, each speed-up target with
 the most the prefill floor allows (operator-at-a-time's time over adaptive's
-``prefill_floor_s``, :mod:`bench.prefill_floor`): a target above it cannot be met by any
-schedule on that engine.
+``prefill_floor_s``: its least prefill tokens and attention pairs at the engine's cost,
+:mod:`bench.prefill_floor`): a target above it cannot be met by any schedule on that
+engine.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ a JSON list with the fields other tools read (``workload``, ``system``, ``scale`
 ``outputs_agree``, ...), with the engine's prefill and decode seconds over the run
 (``prefill_time_s``, ``decode_time_s``: deltas of the engine's cumulative per-request
 phase times, so requests running together each count their own time), the prefill floor
-(``prefill_floor_s``: the run's minimum prefill at the engine's peak prefill rate, measured
-once per engine; :mod:`bench.prefill_floor`), each operator's
+(``prefill_floor_s``: the run's minimum prefill, ``min_prefill_tokens`` and their
+``min_attention_pairs``, at the engine's prefill cost measured once per engine;
+:mod:`bench.prefill_floor`), each operator's
 rows in and out (``stages``: the selectivity) and the answers' quality against the
 generator's ground truth (``quality``; ``accuracy`` is the workload's headline metric).
 ``outputs_agree`` compares each system's output table with
@@ -35,7 +36,7 @@ from rich.table import Table as RichTable
 from bench.clock import engine_clock_s
 from bench.external_run import ExternalRun
 from bench.host import describe_host
-from bench.prefill_floor import peak_prefill_rate_tokens_per_s
+from bench.prefill_floor import PrefillCost, measure_prefill_cost
 from bench.workloads import Workload
 from kalypso.engine.protocol import Engine, EngineStats
 from kalypso.engine.warm_up import warm_up
@@ -91,10 +92,13 @@ class BenchRecord:
     """Running requests the engine preempted during the run (recomputed later)."""
     host: str = ""
     """The machine (:func:`bench.host.describe_host`): ratios do not carry across hosts."""
+    min_attention_pairs: int = 0
+    """Query-key pairs the attention of ``min_prefill_tokens`` computes (0 in records
+    written before it was counted)."""
     prefill_floor_s: float | None = None
-    """``min_prefill_tokens`` at the engine's measured peak prefill rate
-    (:mod:`bench.prefill_floor`): an estimate of the least time any schedule could take;
-    None when the calibration failed."""
+    """``min_prefill_tokens`` and ``min_attention_pairs`` at the engine's measured prefill
+    cost (:mod:`bench.prefill_floor`): an estimate of the least time any schedule could
+    take; None when the calibration failed."""
     stages: tuple[dict[str, Any], ...] = ()
     """Per operator: ``operator``, ``rows_in``, ``rows_out``, ``calls`` (selectivity =
     rows_out / rows_in), ``prompt_tokens``, ``cached_tokens``, ``output_tokens``."""
@@ -185,13 +189,13 @@ async def _warm_run(
         )
 
 
-async def _peak_prefill_rate(
+async def _prefill_cost(
     engine: Engine, workload: Workload, console: Console | None, progress: Callable[[], str]
-) -> float | None:
-    """The engine's peak prefill rate, for the records' ``prefill_floor_s``; None (shown)
+) -> PrefillCost | None:
+    """The engine's prefill cost, for the records' ``prefill_floor_s``; None (shown)
     when the calibration fails, which must not end the suite."""
     try:
-        rate = await peak_prefill_rate_tokens_per_s(engine, workload.table_text)
+        cost = await measure_prefill_cost(engine, workload.table_text)
     except Exception as exc:
         if console is not None:
             console.print(
@@ -199,8 +203,8 @@ async def _peak_prefill_rate(
             )
         return None
     if console is not None:
-        console.print(f"{progress()}{workload.name}: peak prefill {rate:,.0f} tokens/s")
-    return rate
+        console.print(f"{progress()}{workload.name}: {cost.explain()}")
+    return cost
 
 
 def _phase_delta(before: EngineStats, after: EngineStats) -> tuple[float, float, int]:
@@ -238,7 +242,7 @@ async def run_systems(
         await _warm_run(engine, workload, console, progress)  # takes warm_up's costs too
     else:
         await warm_up(engine, workload.table_text)
-    rate = await _peak_prefill_rate(engine, workload, console, progress)
+    cost = await _prefill_cost(engine, workload, console, progress)
     results: dict[str, tuple[QueryResult, float, tuple[float, float, int]]] = {}
     for position, system in enumerate(systems, 1):
         await engine.reset_prefix_cache()
@@ -287,6 +291,7 @@ async def run_systems(
                 cached_tokens=result.cached_tokens,
                 prefill_tokens=result.prefill_tokens,
                 min_prefill_tokens=result.min_prefill_tokens,
+                min_attention_pairs=result.min_attention_pairs,
                 continuations=result.continuations,
                 continued_tokens=result.continued_tokens,
                 lost_prefixes=result.lost_prefixes,
@@ -307,7 +312,9 @@ async def run_systems(
                 decode_time_s=decode_s,
                 preemptions=preemptions,
                 prefill_floor_s=(
-                    round(result.min_prefill_tokens / rate, 3) if rate is not None else None
+                    round(cost.floor_s(result.min_prefill_tokens, result.min_attention_pairs), 3)
+                    if cost is not None
+                    else None
                 ),
                 stages=stages_of(result),
                 accuracy_metric=metric,
@@ -358,6 +365,7 @@ def external_record(
         cached_tokens=run.cached_tokens,
         prefill_tokens=run.prefill_tokens,
         min_prefill_tokens=reference.min_prefill_tokens,
+        min_attention_pairs=reference.min_attention_pairs,
         continuations=0,
         continued_tokens=0,
         lost_prefixes=0,

@@ -7,8 +7,11 @@ import pytest
 
 from bench.prefill_floor import (
     CALIBRATION_TOKENS,
+    BatchTiming,
     calibration_prompts,
-    peak_prefill_rate_tokens_per_s,
+    context_calibration_prompts,
+    fit_prefill_cost,
+    measure_prefill_cost,
 )
 from bench.report import markdown, targets
 from bench.runner import run_systems
@@ -38,18 +41,74 @@ async def test_calibration_prompts_fill_the_budget_and_share_no_block() -> None:
         await engine.close()
 
 
-async def test_the_rate_is_measured_from_an_empty_cache_and_leaves_it_empty() -> None:
+async def test_context_prompts_follow_one_whole_block_context_with_the_same_tokens() -> None:
+    engine = _engine()
+    try:
+        texts = ["some calibration text"]
+        context, prompts = context_calibration_prompts(engine, texts)
+        short = calibration_prompts(engine, texts)
+        capacity = engine.capacity
+    finally:
+        await engine.close()
+    assert 0 < len(context) <= min(2048, capacity.total_tokens // 2)
+    assert len(context) % capacity.block_size_tokens == 0
+    assert prompts == [context + p for p in short]
+    assert all(len(p) < capacity.max_model_len_tokens for p in prompts)
+
+
+async def test_no_room_for_a_context_leaves_attention_unpriced() -> None:
+    engine = SimEngine("smollm2-cpu-f32", num_blocks=4, max_model_len_tokens=64)
+    try:
+        context, prompts = context_calibration_prompts(engine, ["text"])
+        cost = await measure_prefill_cost(engine, ["some calibration text"])
+    finally:
+        await engine.close()
+    assert context == ()
+    assert prompts == calibration_prompts(engine, ["text"])
+    assert cost.after_context is None
+    assert cost.pair_s == 0.0
+    assert "not priced" in cost.explain()
+
+
+def test_the_fit_recovers_a_token_and_a_pair_cost() -> None:
+    token_s, pair_s = 0.004, 2.5e-6
+    short = BatchTiming(6144, 1_000_000, 6144 * token_s + 1_000_000 * pair_s)
+    after = BatchTiming(6144, 14_000_000, 6144 * token_s + 14_000_000 * pair_s)
+    cost = fit_prefill_cost(short, after)
+    assert cost.token_s == pytest.approx(token_s)
+    assert cost.pair_s == pytest.approx(pair_s)
+    assert cost.floor_s(1000, 2_000_000) == pytest.approx(1000 * token_s + 2_000_000 * pair_s)
+    assert "per million attention pairs" in cost.explain()
+
+
+@pytest.mark.parametrize("after_s", [10.0, 30.0], ids=["no dearer", "cheaper"])
+def test_a_context_batch_that_is_not_dearer_leaves_attention_unpriced(after_s: float) -> None:
+    """Noise can make the batch after the context cost no more: then the floor is the
+    token-only one, never a negative cost."""
+    short = BatchTiming(6144, 1_000_000, 30.0)
+    cost = fit_prefill_cost(short, BatchTiming(6144, 14_000_000, after_s))
+    assert cost.pair_s == 0.0
+    assert cost.token_s == pytest.approx(30.0 / 6144)
+    with pytest.raises(ValueError, match="no tokens"):
+        fit_prefill_cost(BatchTiming(0, 0, 1.0), None)
+
+
+async def test_the_cost_is_measured_from_an_empty_cache_and_leaves_it_empty() -> None:
     engine = _engine()
     try:
         texts = medec("quick").table_text
-        first = await peak_prefill_rate_tokens_per_s(engine, texts)
-        again = await peak_prefill_rate_tokens_per_s(engine, texts)
+        first = await measure_prefill_cost(engine, texts)
+        again = await measure_prefill_cost(engine, texts)
         stats = await engine.stats()
     finally:
         await engine.close()
-    assert first > 0
+    assert first.peak_rate_tokens_per_s > 0
     assert again == first  # nothing cached from the first calibration
-    assert stats.prefix_cache_hits_tokens == 0
+    assert first.after_context is not None
+    # the context's own prefill is not timed: its tokens are found cached
+    assert first.after_context.computed_tokens == first.short.computed_tokens
+    assert first.after_context.attention_pairs > first.short.attention_pairs
+    assert stats.running_requests == 0
 
 
 @pytest.mark.parametrize("make", [medec, fever], ids=["medec", "fever"])
@@ -74,7 +133,7 @@ async def test_a_failed_calibration_leaves_the_floor_unknown_and_the_runs_go_on(
     async def failing(*_: object) -> float:
         raise RuntimeError("engine lost")
 
-    monkeypatch.setattr("bench.runner.peak_prefill_rate_tokens_per_s", failing)
+    monkeypatch.setattr("bench.runner.measure_prefill_cost", failing)
     engine = _engine()
     try:
         records = await run_systems(engine, medec("quick"), ["adaptive"], warm_run=False)
@@ -92,7 +151,7 @@ async def test_a_failed_calibration_request_leaves_no_other_running() -> None:
     )
     try:
         with pytest.raises(EngineError, match="injected failure"):
-            await peak_prefill_rate_tokens_per_s(engine, medec("quick").table_text)
+            await measure_prefill_cost(engine, medec("quick").table_text)
         stats = await engine.stats()
     finally:
         await engine.close()

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from bench.engine_steps import load_steps, step_seconds
+from kalypso.engine.attention import attention_pairs
 from kalypso.engine.batch import generate_all
 from kalypso.engine.protocol import GenerateRequest
 from kalypso.engine.vllm_step_trace import (
     STEP_TRACE_ENV_VAR,
     STEP_TRACE_SCHEDULER_CLS,
-    attention_pairs,
     split_scheduled_tokens,
 )
 from tests.conftest import deterministic_vllm_settings

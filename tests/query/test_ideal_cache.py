@@ -57,3 +57,13 @@ async def test_one_task_at_a_time_on_a_large_cache_computes_exactly_the_minimum(
     assert 0 < sequential.min_prefill_tokens < sequential.prompt_tokens
     assert blocking.min_prefill_tokens == sequential.min_prefill_tokens
     assert (blocking.prefill_tokens == blocking.min_prefill_tokens) is equal
+
+
+def test_the_least_attention_counts_the_computed_tokens_after_the_hits() -> None:
+    """A prompt that finds two blocks cached computes its last 2 tokens at positions 8
+    and 9: each attends to the tokens before it and to itself (9 + 10 pairs)."""
+    cache = IdealPrefixCache(block_size_tokens=4)
+    first = cache.measure(list(range(10)))
+    assert (first.prefill_tokens, first.attention_pairs) == (10, 55)
+    again = cache.measure(list(range(10)))
+    assert (again.prefill_tokens, again.attention_pairs) == (2, 9 + 10)

@@ -1,18 +1,32 @@
 """The prefill a plan's prompts need at the least: an unbounded prefix cache.
 
 ``min_prefill_tokens`` in query results and benchmark records is what this cache computes
-for the prompts a run issued, in the order it issued them: every distinct full-block
-prefix is computed once and found by every later prompt, as vLLM's prefix cache would with
-unlimited memory and no two requests in the same step. Like vLLM, a hit covers whole
-blocks only and never the prompt's last token, which is always computed. A real run can
-compute more (eviction, requests that share a prefix computed in the same step), never less.
-"""
+for the prompts a run issued, in the order it issued them, and ``min_attention_pairs`` the
+query-key pairs those tokens' attention computes (:mod:`kalypso.engine.attention`): every
+distinct full-block prefix is computed once and found by every later prompt, as vLLM's
+prefix cache would with unlimited memory and no two requests in the same step. Like vLLM,
+a hit covers whole blocks only and never the prompt's last token, which is always
+computed. A real run can compute more (eviction, requests that share a prefix computed in
+the same step), never less."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
+from kalypso.engine.attention import attention_pairs
 from kalypso.engine.blocks import chain_keys
+
+
+class LeastPrefill(NamedTuple):
+    """What one prompt computes at the least, given the prompts before it."""
+
+    prefill_tokens: int
+    attention_pairs: int
+    """Pairs of the computed tokens, each against itself and every earlier prompt token."""
+    chain_key: int
+    """Chain key of the prompt's last full block (0 when it has none), for
+    :meth:`IdealPrefixCache.remember`."""
 
 
 class IdealPrefixCache:
@@ -33,12 +47,12 @@ class IdealPrefixCache:
 
     def prefill_tokens(self, prompt: Sequence[int]) -> int:
         """Tokens of ``prompt`` this cache would compute; then remembers its blocks."""
-        return self.measure(prompt)[0]
+        return self.measure(prompt).prefill_tokens
 
-    def measure(self, prompt: Sequence[int]) -> tuple[int, int]:
-        """``(prefill tokens, chain key of the prompt's last full block)`` for ``prompt``;
-        then remembers its blocks. Pass the key to :meth:`remember` with the prompt's
-        output, so the prompt is not hashed twice."""
+    def measure(self, prompt: Sequence[int]) -> LeastPrefill:
+        """What this cache would compute for ``prompt``; then remembers its blocks. Pass
+        the chain key to :meth:`remember` with the prompt's output, so the prompt is not
+        hashed twice."""
         reusable_blocks = (len(prompt) - 1) // self.block_size_tokens if prompt else 0
         keys = self._keys(prompt)
         hits = 0
@@ -47,7 +61,13 @@ class IdealPrefixCache:
                 break
             hits += 1
         self._blocks.update(keys)
-        return len(prompt) - hits * self.block_size_tokens, keys[-1] if keys else 0
+        cached_tokens = hits * self.block_size_tokens
+        computed_tokens = len(prompt) - cached_tokens
+        return LeastPrefill(
+            computed_tokens,
+            attention_pairs(computed_tokens, cached_tokens),
+            keys[-1] if keys else 0,
+        )
 
     def remember(self, token_ids: Sequence[int], known_tokens: int = 0, chain: int = 0) -> None:
         """Remember the full blocks of ``token_ids`` (a prompt followed by its output, which

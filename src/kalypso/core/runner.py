@@ -401,15 +401,18 @@ class PipelineRunner:
         )
         stats = state.stats_for(node.op_id)
         expected = program.expected_cached_tokens(Prompt.from_ids(state.layout, prompt_ids))
-        least, chain = state.ideal_cache.measure(prompt_ids)
+        least = state.ideal_cache.measure(prompt_ids)
         result = await self._generate(request)
-        state.ideal_cache.remember(prompt_ids + result.output_token_ids, len(prompt_ids), chain)
+        state.ideal_cache.remember(
+            prompt_ids + result.output_token_ids, len(prompt_ids), least.chain_key
+        )
         instance.last_prompt = prompt_ids
         stats.record(
             result,
             continuation=bool(step.generated),
             expected_cached_tokens=expected,
-            min_prefill_tokens=least,
+            min_prefill_tokens=least.prefill_tokens,
+            min_attention_pairs=least.attention_pairs,
         )
         generated = step.generated + result.output_token_ids
         if decision_ids is None and result.finish_reason == "length" and bound < node.max_tokens:

@@ -46,6 +46,8 @@ class OperatorStats:
     min_prefill_tokens: int = 0
     """Prefill an unbounded prefix cache would compute for these requests
     (:mod:`kalypso.core.ideal_cache`)."""
+    min_attention_pairs: int = 0
+    """Query-key pairs the attention of those tokens computes (:mod:`kalypso.engine.attention`)."""
 
     @property
     def prefill_tokens(self) -> int:
@@ -58,6 +60,7 @@ class OperatorStats:
         continuation: bool,
         expected_cached_tokens: int = 0,
         min_prefill_tokens: int = 0,
+        min_attention_pairs: int = 0,
     ) -> None:
         """Count one engine request."""
         self.requests += 1
@@ -65,6 +68,7 @@ class OperatorStats:
             self.continuations += 1
             self.continued_tokens += result.output_tokens
         self.min_prefill_tokens += min_prefill_tokens
+        self.min_attention_pairs += min_attention_pairs
         self.prompt_tokens += result.prompt_tokens
         self.cached_tokens += result.cached_tokens
         self.output_tokens += result.output_tokens
@@ -113,6 +117,12 @@ class RunTotals:
         """Prefill the run's prompts need at the least: every distinct full-block prefix
         computed once (an unbounded prefix cache, :mod:`kalypso.core.ideal_cache`)."""
         return sum(s.min_prefill_tokens for s in self.operator_stats)
+
+    @property
+    def min_attention_pairs(self) -> int:
+        """Query-key pairs the attention of ``min_prefill_tokens`` computes: the least
+        attention work of the run's prompts."""
+        return sum(s.min_attention_pairs for s in self.operator_stats)
 
     @property
     def continuations(self) -> int:

@@ -14,7 +14,8 @@ to that file:
 - ``requests``: the requests the step ran; ``context_tokens``: the tokens those requests
   had already computed or found cached before the step; ``attention_pairs``: the
   query-key pairs the step's attention computes, each scheduled token against itself and
-  every earlier token of its request (:func:`attention_pairs`);
+  every earlier token of its request
+  (:func:`kalypso.engine.attention.attention_pairs`);
 - ``running`` and ``waiting``: vLLM's queues after scheduling.
 
 Without the variable the scheduler is vLLM's, unchanged. Scheduling is exactly vLLM's in
@@ -34,6 +35,8 @@ import json
 import os
 import time
 from typing import TYPE_CHECKING, Any
+
+from kalypso.engine.attention import attention_pairs
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -65,21 +68,6 @@ def split_scheduled_tokens(
     computed_before_tokens = computed_after_tokens - scheduled_tokens
     prefill = min(scheduled_tokens, max(0, prompt_tokens - computed_before_tokens))
     return prefill, scheduled_tokens - prefill
-
-
-def attention_pairs(scheduled_tokens: int, computed_before_tokens: int) -> int:
-    """The query-key pairs causal attention computes for ``scheduled_tokens`` new tokens of
-    one request after ``computed_before_tokens`` earlier ones: each new token attends to
-    every earlier token and to itself.
-
-    Raises:
-        ValueError: a count is negative.
-    """
-    if min(scheduled_tokens, computed_before_tokens) < 0:
-        raise ValueError("token counts cannot be negative")
-    return (
-        scheduled_tokens * computed_before_tokens + scheduled_tokens * (scheduled_tokens + 1) // 2
-    )
 
 
 def _build() -> type[Scheduler]:
