@@ -55,15 +55,7 @@ def calibration_prompts(
     Raises:
         ValueError: ``texts`` holds no tokens, or ``total_tokens`` is not positive.
     """
-    if total_tokens < 1:
-        raise ValueError(f"total_tokens must be positive, got {total_tokens}")
-    stream = _token_stream(engine, texts)
-    capacity = engine.capacity
-    length = max(
-        2,
-        min(LONGEST_PROMPT_TOKENS, capacity.total_tokens // 4, capacity.max_model_len_tokens - 2),
-    )
-    return _numbered_prompts(engine, stream, length, math.ceil(total_tokens / length), offset=0)
+    return _numbered_prompts(engine, _token_stream(engine, texts), total_tokens)
 
 
 def context_calibration_prompts(
@@ -78,19 +70,18 @@ def context_calibration_prompts(
     Raises:
         ValueError: as :func:`calibration_prompts`.
     """
-    prompts = calibration_prompts(engine, texts, total_tokens)
+    stream = _token_stream(engine, texts)
+    prompts = _numbered_prompts(engine, stream, total_tokens)
     capacity = engine.capacity
     block = capacity.block_size_tokens
-    longest = max(map(len, prompts))
     context_tokens = min(
         CONTEXT_TOKENS,
         capacity.total_tokens // 2,
-        capacity.max_model_len_tokens - longest - 2,
+        capacity.max_model_len_tokens - max(map(len, prompts)) - 2,
     )
     context_tokens = max(0, context_tokens // block * block)
     if context_tokens == 0:
         return (), prompts
-    stream = _token_stream(engine, texts)
     head = engine.tokenizer.encode("context: ")
     # the context starts where the suffixes' text does not, so it reads as other text
     start = len(stream) // 2
@@ -107,12 +98,20 @@ def _token_stream(engine: Engine, texts: Sequence[str]) -> list[int]:
 
 
 def _numbered_prompts(
-    engine: Engine, stream: Sequence[int], length: int, count: int, *, offset: int
+    engine: Engine, stream: Sequence[int], total_tokens: int
 ) -> list[tuple[int, ...]]:
-    """``count`` prompts of ``length`` tokens cut from ``stream`` from ``offset`` on, each
-    starting with its own number, so no two share a cached block."""
+    """Prompts of :func:`calibration_prompts`' length, ``total_tokens`` in all, cut from
+    ``stream`` in order, each starting with its own number."""
+    if total_tokens < 1:
+        raise ValueError(f"total_tokens must be positive, got {total_tokens}")
+    capacity = engine.capacity
+    length = max(
+        2,
+        min(LONGEST_PROMPT_TOKENS, capacity.total_tokens // 4, capacity.max_model_len_tokens - 2),
+    )
     prompts: list[tuple[int, ...]] = []
-    for index in range(count):
+    offset = 0
+    for index in range(math.ceil(total_tokens / length)):
         head = engine.tokenizer.encode(f"{index}: ")
         body_tokens = length - len(head)
         prompts.append(
@@ -234,8 +233,8 @@ async def measure_prefill_cost(engine: Engine, texts: Sequence[str]) -> PrefillC
         ValueError: as :func:`calibration_prompts`.
         EngineError: a request failed (the others are cancelled first).
     """
-    short_prompts = calibration_prompts(engine, texts)
     context, context_prompts = context_calibration_prompts(engine, texts)
+    short_prompts = [prompt[len(context) :] for prompt in context_prompts]
     await engine.reset_prefix_cache()
     try:
         short = await _timed_batch(engine, short_prompts, "")
