@@ -211,13 +211,15 @@ def _parts_line(parts_s: dict[str, float]) -> str:
     return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in parts_s.items())
 
 
-def _runs(path: Path) -> dict[str, list[tuple[dict[str, float], float]]]:
+def load_runs(path: Path) -> dict[str, list[tuple[dict[str, float], float]]]:
+    """``(step, seconds)`` of each run of the trace ``path``, by the run's name in its
+    :func:`runs_path` file (the whole trace, named by its path, without one)."""
     steps = load_steps(path)
     windows = runs_path(path)
     if not windows.exists():
         return {str(path): list(zip(steps, step_seconds(steps), strict=True))}
     return {
-        f"{path} run {w['run']}": steps_in_window(steps, w["start_s"], w["end_s"])
+        str(w["run"]): steps_in_window(steps, w["start_s"], w["end_s"])
         for w in json.loads(windows.read_text())
     }
 
@@ -226,7 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="+", type=Path, help="step-trace files (JSON lines)")
     args = parser.parse_args(argv)
-    runs = {name: run for path in args.traces for name, run in _runs(path).items()}
+    runs = {}
+    for path in args.traces:
+        for name, run in load_runs(path).items():
+            runs[name if name == str(path) else f"{path} run {name}"] = run
     pooled = [pair for run in runs.values() for pair in run]
     try:
         cost = StepCost.fit([step for step, _ in pooled], [seconds for _, seconds in pooled])

@@ -26,6 +26,10 @@ Systems (``--systems``):
 ``langgraph``                 the real LangGraph library in its own venv, same server
 ============================  ===========================================================
 
+``--repeats N`` runs every system N times per workflow, in turn, and prints each system's
+spread over Kalypso's; ``--engine-trace PATH`` writes the engine's steps for
+:mod:`bench.workflow_floor`.
+
 Baselines run without Kalypso's optimizer (no CSE, no result cache, no warming), as the
 systems they stand for have none. Trading runs its first day untimed (it warms the caches,
 the result cache included) and times the second. Time is the engine's clock: wall seconds
@@ -37,17 +41,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 from pydantic import ValidationError
 
 from bench.clock import engine_clock_s
+from bench.engine_steps import runs_path
 from bench.external_run import ExternalRun, runner_env
 from bench.host import describe_host
 from kalypso.core.options import RunOptions
@@ -55,6 +61,7 @@ from kalypso.core.result_cache import PromptResultCache
 from kalypso.engine.open import EngineSpec, open_engine
 from kalypso.engine.protocol import Engine
 from kalypso.engine.vllm_settings import VLLMSettings
+from kalypso.engine.vllm_step_trace import STEP_TRACE_ENV_VAR, STEP_TRACE_SCHEDULER_CLS
 from kalypso.workflow.command import accuracy
 from kalypso.workflow.library import BUILDERS, Workload, workload
 from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
@@ -103,7 +110,7 @@ class WorkflowRecord:
     prefill_tokens: int
     min_prefill_tokens: int
     output_tokens: int
-    """Tokens generated (0 for LangGraph, whose runner does not count them)."""
+    """Tokens generated."""
     hit_rate: float
     result_cache_hits: int
     merged_calls: int
@@ -118,13 +125,39 @@ class WorkflowRecord:
     """Mean over outputs with known answers (the first number is the answer)."""
     host: str = ""
     """The machine (:func:`bench.host.describe_host`): ratios do not carry across hosts."""
+    requests: int = 0
+    """Engine requests (calls and their continuations; 0 for LangGraph)."""
+    min_attention_pairs: int = 0
+    """The least attention pairs of the run's prefill (the ideal prefix cache's)."""
+    decode_tokens: int = 0
+    """Tokens the decode steps fed back (each request's output but its last token)."""
+    decode_attention_pairs: int = 0
+    """The attention pairs of those decode tokens (the same under any schedule)."""
+    longest_chain_tokens: int = 0
+    """The most tokens one query's chain of dependent calls generated: the least engine
+    steps the batch needs (:mod:`bench.workflow_floor`)."""
+    max_num_seqs: int = 0
+    """The most requests the engine ran at once."""
+    repeat: int = 0
+    """Which repeat of the system on this workflow (``--repeats``), from 0."""
 
 
-async def run_system(
-    engine: Engine, job: Workload, system: str
-) -> tuple[WorkflowResult, float, float, float, int]:
-    """One system on ``job``: (the timed run's result, engine seconds, prefill s, decode s,
-    preemptions)."""
+@dataclass(frozen=True)
+class SystemRun:
+    """One system's timed run of a workload (Trading: its last day)."""
+
+    result: WorkflowResult
+    started_s: float
+    """When the timed run began, on the engine's clock (:func:`bench.clock.engine_clock_s`)."""
+    elapsed_s: float
+    prefill_s: float
+    """Seconds the engine's requests spent in prefill, summed over requests."""
+    decode_s: float
+    preemptions: int
+
+
+async def run_system(engine: Engine, job: Workload, system: str) -> SystemRun:
+    """One system on ``job``, every day of it, the last timed."""
     policy, switches = SYSTEMS[system]
     pinning = "explicit" if system in EXPLICIT_PINNING else "virtual"
     options = RunOptions(
@@ -135,20 +168,23 @@ async def run_system(
     )
     cache = PromptResultCache(engine.name)
     await engine.reset_prefix_cache()
-    result: WorkflowResult | None = None
-    elapsed = prefill_s = decode_s = 0.0
-    preemptions = 0
+    run: SystemRun | None = None
     for flow, inputs in zip(job.workflows, job.inputs, strict=True):
         before = await engine.stats()
         started = engine_clock_s(engine)
         result = await arun(flow, engine, inputs, options, workflow_options=switches, cache=cache)
         elapsed = engine_clock_s(engine) - started
         after = await engine.stats()
-        prefill_s = after.prefill_time_s - before.prefill_time_s
-        decode_s = after.decode_time_s - before.decode_time_s
-        preemptions = after.preemptions - before.preemptions
-    assert result is not None
-    return result, elapsed, prefill_s, decode_s, preemptions
+        run = SystemRun(
+            result,
+            started,
+            elapsed,
+            prefill_s=after.prefill_time_s - before.prefill_time_s,
+            decode_s=after.decode_time_s - before.decode_time_s,
+            preemptions=after.preemptions - before.preemptions,
+        )
+    assert run is not None
+    return run
 
 
 def equal_fraction(frame: pd.DataFrame, reference: pd.DataFrame) -> float:
@@ -210,10 +246,14 @@ async def bench_engine(
     systems: Sequence[str],
     scale: str,
     references: dict[str, pd.DataFrame],
+    windows: list[dict[str, float | str]] | None = None,
+    repeats: int = 1,
 ) -> list[WorkflowRecord]:
-    """Run ``systems`` on each workflow on one engine. ``references`` maps a workflow to
-    ``kalypso``'s outputs (set when it runs; read by the other systems, on this engine or
-    a later one)."""
+    """Run ``systems`` on each workflow on one engine, ``repeats`` times in turn (every
+    system once, then again). ``references`` maps a workflow to ``kalypso``'s outputs
+    (set by its first run; read by the other systems, on this engine or a later one).
+    Each timed run's window (``{"run": run_name(...), "start_s", "end_s"}``, on the
+    engine's clock) is appended to ``windows`` when it is given."""
     engine = await open_engine(spec)
     records: list[WorkflowRecord] = []
     try:
@@ -221,57 +261,98 @@ async def bench_engine(
             await warm_up_engine(engine, workload(names[0], scale))
         for name in names:
             job = workload(name, scale)
-            for system in systems:
-                reference = references.get(name)
-                if system == "langgraph":
-                    measured = await run_langgraph(engine, job, scale)
-                    if measured is not None:
-                        records.append(external_record(engine, job, scale, measured, reference))
-                    continue
-                result, elapsed, prefill_s, decode_s, preemptions = await run_system(
-                    engine, job, system
-                )
-                if system == "kalypso":
-                    references[name] = reference = result.outputs
-                scores = accuracy(result, dict(job.expected))
-                record = WorkflowRecord(
-                    workflow=name,
-                    system=system,
-                    scale=scale,
-                    engine=engine.name,
-                    host=describe_host(),
-                    kv_cache_tokens=engine.capacity.total_tokens,
-                    queries=job.queries,
-                    time_s=round(elapsed, 3),
-                    planning_s=round(result.planning_s, 4),
-                    llm_calls=result.llm_calls,
-                    prompt_tokens=result.prompt_tokens,
-                    cached_tokens=result.cached_tokens,
-                    prefill_tokens=result.prefill_tokens,
-                    min_prefill_tokens=result.min_prefill_tokens,
-                    output_tokens=result.output_tokens,
-                    hit_rate=round(result.hit_rate, 4),
-                    result_cache_hits=result.cache.hits if result.cache else 0,
-                    merged_calls=len(result.rewrites.merged),
-                    warmed_prefixes=result.warm.prefixes if result.warm else 0,
-                    prefill_s=round(prefill_s, 3),
-                    decode_s=round(decode_s, 3),
-                    preemptions=preemptions,
-                    outputs_equal=1.0
-                    if reference is None
-                    else equal_fraction(result.outputs, reference),
-                    accuracy=round(sum(scores.values()) / len(scores), 4) if scores else None,
-                )
-                records.append(record)
-                print(
-                    f"  {name:9} {system:18} {elapsed:8.2f} s  calls {result.llm_calls:4d}"
-                    f"  prefill {result.prefill_tokens:7d} (min {result.min_prefill_tokens})"
-                    f"  hit {result.hit_rate:.0%}  equal {record.outputs_equal:.2f}",
-                    flush=True,
-                )
+            for repeat in range(repeats):
+                for system in systems:
+                    record, (start_s, end_s) = await measure(
+                        engine, job, scale, system, references, repeat
+                    )
+                    if windows is not None:
+                        windows.append(_window(name, system, repeat, start_s, end_s))
+                    if record is not None:
+                        records.append(record)
     finally:
         await engine.close()
     return records
+
+
+async def measure(
+    engine: Engine,
+    job: Workload,
+    scale: str,
+    system: str,
+    references: dict[str, pd.DataFrame],
+    repeat: int,
+) -> tuple[WorkflowRecord | None, tuple[float, float]]:
+    """One timed run of ``system`` on ``job``: its record (None: LangGraph skipped or
+    failed) and the timed window on the engine's clock (LangGraph's: its whole process;
+    Trading's: its last day)."""
+    name = job.name
+    reference = references.get(name)
+    if system == "langgraph":
+        start_s = engine_clock_s(engine)
+        measured = await run_langgraph(engine, job, scale)
+        window = (start_s, engine_clock_s(engine))
+        if measured is None:
+            return None, window
+        external = external_record(engine, job, scale, measured, reference)
+        return replace(external, repeat=repeat), window
+    run = await run_system(engine, job, system)
+    result, elapsed = run.result, run.elapsed_s
+    if system == "kalypso" and reference is None:
+        references[name] = reference = result.outputs
+    scores = accuracy(result, dict(job.expected))
+    record = WorkflowRecord(
+        workflow=name,
+        system=system,
+        scale=scale,
+        engine=engine.name,
+        host=describe_host(),
+        kv_cache_tokens=engine.capacity.total_tokens,
+        queries=job.queries,
+        time_s=round(elapsed, 3),
+        planning_s=round(result.planning_s, 4),
+        llm_calls=result.llm_calls,
+        prompt_tokens=result.prompt_tokens,
+        cached_tokens=result.cached_tokens,
+        prefill_tokens=result.prefill_tokens,
+        min_prefill_tokens=result.min_prefill_tokens,
+        output_tokens=result.output_tokens,
+        hit_rate=round(result.hit_rate, 4),
+        result_cache_hits=result.cache.hits if result.cache else 0,
+        merged_calls=len(result.rewrites.merged),
+        warmed_prefixes=result.warm.prefixes if result.warm else 0,
+        prefill_s=round(run.prefill_s, 3),
+        decode_s=round(run.decode_s, 3),
+        preemptions=run.preemptions,
+        outputs_equal=1.0 if reference is None else equal_fraction(result.outputs, reference),
+        accuracy=round(sum(scores.values()) / len(scores), 4) if scores else None,
+        requests=result.requests,
+        min_attention_pairs=result.min_attention_pairs,
+        decode_tokens=result.decode_tokens,
+        decode_attention_pairs=result.decode_attention_pairs,
+        longest_chain_tokens=result.longest_chain_tokens,
+        max_num_seqs=engine.capacity.max_running_requests or 0,
+        repeat=repeat,
+    )
+    print(
+        f"  {name:9} {system:18} {elapsed:8.2f} s  calls {result.llm_calls:4d}"
+        f"  prefill {result.prefill_tokens:7d} (min {result.min_prefill_tokens})"
+        f"  hit {result.hit_rate:.0%}  equal {record.outputs_equal:.2f}",
+        flush=True,
+    )
+    return record, (run.started_s, run.started_s + elapsed)
+
+
+def run_name(workflow: str, system: str, repeat: int) -> str:
+    """A timed run's name in the step trace's windows: ``WORKFLOW/SYSTEM``, with ``#N``
+    after it for the N-th repeat (N >= 1)."""
+    return f"{workflow}/{system}" + (f"#{repeat}" if repeat else "")
+
+
+def _window(
+    workflow: str, system: str, repeat: int, start_s: float, end_s: float
+) -> dict[str, float | str]:
+    return {"run": run_name(workflow, system, repeat), "start_s": start_s, "end_s": end_s}
 
 
 def external_record(
@@ -316,7 +397,11 @@ def external_record(
     )
 
 
-def engine_spec(args: argparse.Namespace, *, lspf: bool, pinning: bool = False) -> EngineSpec:
+def engine_spec(
+    args: argparse.Namespace, *, lspf: bool, pinning: bool = False, trace: bool = False
+) -> EngineSpec:
+    """The engine of one server; ``trace`` runs vLLM's scheduler through the step-trace
+    class (:mod:`kalypso.engine.vllm_step_trace`)."""
     if args.engine == "sim":
         profile_blocks = args.sim_kv_tokens // args.block_size if args.sim_kv_tokens else None
         return EngineSpec(
@@ -333,6 +418,7 @@ def engine_spec(args: argparse.Namespace, *, lspf: bool, pinning: bool = False) 
         block_size_tokens=args.block_size,
         max_num_seqs=args.max_num_seqs,
         deterministic=args.deterministic,
+        scheduler_cls=STEP_TRACE_SCHEDULER_CLS if trace else None,
     )
     return EngineSpec(kind=args.engine, settings=settings, lspf=lspf, pinning=pinning)
 
@@ -349,14 +435,40 @@ async def main_async(args: argparse.Namespace) -> list[WorkflowRecord]:
     pinned = [s for s in systems if s in EXPLICIT_PINNING]
     plain = [s for s in systems if s != "lspf" and (args.one_server or s not in EXPLICIT_PINNING)]
     references: dict[str, pd.DataFrame] = {}
-    spec = engine_spec(args, lspf=False, pinning=args.one_server and bool(pinned))
-    records = await bench_engine(spec, names, plain, args.scale, references)
+    windows: list[dict[str, float | str]] | None = None
+    if args.engine_trace is not None:
+        if args.engine == "sim" or pinned or "lspf" in systems:
+            raise SystemExit(
+                "--engine-trace needs a vLLM engine and systems on vLLM's own scheduler"
+                " (not lspf or the pinned ones, whose scheduler classes are their own)"
+            )
+        trace = args.engine_trace.resolve()
+        trace.unlink(missing_ok=True)
+        os.environ[STEP_TRACE_ENV_VAR] = str(trace)
+        windows = []
+    spec = engine_spec(
+        args,
+        lspf=False,
+        pinning=args.one_server and bool(pinned),
+        trace=windows is not None,
+    )
+    try:
+        records = await bench_engine(
+            spec, names, plain, args.scale, references, windows, args.repeats
+        )
+    finally:
+        if windows is not None:
+            runs_path(args.engine_trace).write_text(json.dumps(windows, indent=1) + "\n")
     if "lspf" in systems:
         spec = engine_spec(args, lspf=True)
-        records += await bench_engine(spec, names, ["lspf"], args.scale, references)
+        records += await bench_engine(
+            spec, names, ["lspf"], args.scale, references, repeats=args.repeats
+        )
     if pinned and not args.one_server:  # the pinning scheduler class: a server of its own
         spec = engine_spec(args, lspf=False, pinning=True)
-        records += await bench_engine(spec, names, pinned, args.scale, references)
+        records += await bench_engine(
+            spec, names, pinned, args.scale, references, repeats=args.repeats
+        )
     return records
 
 
@@ -402,15 +514,51 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the pinned systems on the same server as the others (it then runs the"
         " pinning scheduler class), to compare them without a second server",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run every system this many times per workflow, in turn (each system once,"
+        " then again), and print each system's spread over Kalypso's",
+    )
+    parser.add_argument(
+        "--engine-trace",
+        type=Path,
+        default=None,
+        help="run vLLM with the step-trace scheduler, write its steps to ENGINE_TRACE and"
+        " each timed run's window beside it, for `python -m bench.workflow_floor`",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/workflows.json"))
     return parser
 
 
+def spread(records: Sequence[WorkflowRecord]) -> str:
+    """Each system's time over Kalypso's in the same repeat, per workflow: the mean, the
+    least and the most, over the repeats that have both (one line per system)."""
+    kalypso = {(r.workflow, r.repeat): r.time_s for r in records if r.system == "kalypso"}
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for r in records:
+        base = kalypso.get((r.workflow, r.repeat))
+        if r.system != "kalypso" and base:
+            ratios.setdefault((r.workflow, r.system), []).append(r.time_s / base)
+    lines = []
+    for (workflow, system), values in ratios.items():
+        lines.append(
+            f"  {workflow:9} {system:18} over kalypso: mean {sum(values) / len(values):.3f}x,"
+            f" {min(values):.3f}x to {max(values):.3f}x over {len(values)} repeats"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.repeats < 1:
+        raise SystemExit(f"--repeats must be at least 1, got {args.repeats}")
     records = asyncio.run(main_async(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps([asdict(r) for r in records], indent=1) + "\n")
+    if args.repeats > 1:
+        print(spread(records))
     print(f"wrote {len(records)} records to {args.out}")
     return 0
 

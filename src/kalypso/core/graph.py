@@ -27,11 +27,11 @@ end to their bound, so the graph is a DAG.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kalypso.core.instance import Instance
+from kalypso.core.instance import CallOutcome, Instance
 from kalypso.core.prompt import ChatLayout, TokenIds
 
 
@@ -201,6 +201,25 @@ class TaskGraph:
             if node.node_id == node_id:
                 return node
         raise GraphError(f"no node {node_id!r}")
+
+    def longest_chain_tokens(self, outputs: Mapping[str, CallOutcome]) -> int:
+        """The most tokens one chain of dependent LLM calls generated for an instance whose
+        calls produced ``outputs`` (by node id; a call that did not run, or that the
+        result cache answered, counts 0).
+
+        It is the least number of engine steps the instance needs under any schedule: each
+        generated token takes a step of its own (a call's first comes from its prefill
+        step), and a call starts only after every call it depends on has finished.
+        """
+        chain_tokens: dict[str, int] = {}
+        for node in self.nodes:
+            before = max((chain_tokens[d] for d in getattr(node, "deps", ())), default=0)
+            outcome = outputs.get(node.node_id) if isinstance(node, LLMNode) else None
+            own = 0
+            if outcome is not None and not outcome.from_result_cache:
+                own = len(outcome.output_token_ids)
+            chain_tokens[node.node_id] = before + own
+        return max(chain_tokens.values(), default=0)
 
     def linear_stages(self) -> list[Stage]:
         """Split a chain (each node depending on the one before) into stages at fan-outs."""

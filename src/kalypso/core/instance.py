@@ -22,6 +22,8 @@ class CallOutcome:
         decision: for a constrained decision, the chosen choice; else None.
         margin: for a decision, log p(chosen) - log p(runner-up) (0 when unknown);
             small margins are near-ties that another batch or machine could flip.
+        from_result_cache: the result cache answered the call's last request, so the
+            engine computed nothing for it.
     """
 
     text: str
@@ -30,6 +32,7 @@ class CallOutcome:
     prompt_token_ids: tuple[int, ...] = ()
     decision: str | None = None
     margin: float = 0.0
+    from_result_cache: bool = False
 
 
 @dataclass

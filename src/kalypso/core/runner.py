@@ -351,13 +351,14 @@ class PipelineRunner:
             raise TaskFailed(op_id or "?", task.key, exc) from exc
         done.put_nowait(TaskOutcome(task))
 
-    async def _generate(self, request: GenerateRequest) -> GenerateResult:
+    async def _generate(self, request: GenerateRequest) -> tuple[GenerateResult, bool]:
         """``engine.generate`` through the result cache (when on), with a backstop: every
         engine enforces ``timeout_s`` itself (and aborts the request); an engine that does
-        not is cut off a little later."""
+        not is cut off a little later. Returns the result and whether the result cache
+        answered it (the engine then computed nothing)."""
         cache = self.state.result_cache
         if cache is not None and (cached := cache.get(request)) is not None:
-            return cached
+            return cached, True
         if request.timeout_s is None:
             result = await self.state.engine.generate(request)
         else:
@@ -370,7 +371,7 @@ class PipelineRunner:
                 ) from None
         if cache is not None:
             cache.put(request, result)
-        return result
+        return result, False
 
     async def _call(self, task: Task, step: CallStep) -> Grow | None:
         state = self.state
@@ -402,7 +403,7 @@ class PipelineRunner:
         stats = state.stats_for(node.op_id)
         expected = program.expected_cached_tokens(Prompt.from_ids(state.layout, prompt_ids))
         least = state.ideal_cache.measure(prompt_ids)
-        result = await self._generate(request)
+        result, from_result_cache = await self._generate(request)
         state.ideal_cache.remember(
             prompt_ids + result.output_token_ids, len(prompt_ids), least.chain_key
         )
@@ -413,6 +414,7 @@ class PipelineRunner:
             expected_cached_tokens=expected,
             min_prefill_tokens=least.prefill_tokens,
             min_attention_pairs=least.attention_pairs,
+            from_result_cache=from_result_cache,
         )
         generated = step.generated + result.output_token_ids
         if decision_ids is None and result.finish_reason == "length" and bound < node.max_tokens:
@@ -427,11 +429,23 @@ class PipelineRunner:
             if margin < state.options.near_tie_margin:
                 stats.near_ties += 1
             outcome = CallOutcome(
-                choice, generated, result.finish_reason, step.prompt.ids, choice, margin
+                choice,
+                generated,
+                result.finish_reason,
+                step.prompt.ids,
+                choice,
+                margin,
+                from_result_cache=from_result_cache,
             )
         else:
             text = result.text if not step.generated else state.engine.tokenizer.decode(generated)
-            outcome = CallOutcome(text, generated, result.finish_reason, step.prompt.ids)
+            outcome = CallOutcome(
+                text,
+                generated,
+                result.finish_reason,
+                step.prompt.ids,
+                from_result_cache=from_result_cache,
+            )
         program.on_call_result(outcome)
         return None
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from kalypso.engine.attention import attention_pairs
 from kalypso.engine.protocol import GenerateResult
 
 
@@ -48,6 +49,13 @@ class OperatorStats:
     (:mod:`kalypso.core.ideal_cache`)."""
     min_attention_pairs: int = 0
     """Query-key pairs the attention of those tokens computes (:mod:`kalypso.engine.attention`)."""
+    decode_tokens: int = 0
+    """Tokens the engine's decode steps fed back for these requests: every generated
+    token but each request's last (its first came from the request's prefill step)."""
+    decode_attention_pairs: int = 0
+    """Query-key pairs the decode steps of these requests compute: each generated token
+    fed back (all but the last) against its prompt and the tokens generated before it.
+    Every schedule computes them, whatever it caches."""
 
     @property
     def prefill_tokens(self) -> int:
@@ -61,14 +69,19 @@ class OperatorStats:
         expected_cached_tokens: int = 0,
         min_prefill_tokens: int = 0,
         min_attention_pairs: int = 0,
+        from_result_cache: bool = False,
     ) -> None:
-        """Count one engine request."""
+        """Count one engine request (``from_result_cache``: answered by the result cache,
+        so no decode step ran for it)."""
         self.requests += 1
         if continuation:
             self.continuations += 1
             self.continued_tokens += result.output_tokens
         self.min_prefill_tokens += min_prefill_tokens
         self.min_attention_pairs += min_attention_pairs
+        fed_back_tokens = 0 if from_result_cache else max(result.output_tokens - 1, 0)
+        self.decode_tokens += fed_back_tokens
+        self.decode_attention_pairs += attention_pairs(fed_back_tokens, result.prompt_tokens)
         self.prompt_tokens += result.prompt_tokens
         self.cached_tokens += result.cached_tokens
         self.output_tokens += result.output_tokens
@@ -123,6 +136,18 @@ class RunTotals:
         """Query-key pairs the attention of ``min_prefill_tokens`` computes: the least
         attention work of the run's prompts."""
         return sum(s.min_attention_pairs for s in self.operator_stats)
+
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens the engine's decode steps fed back: every generated token but each
+        request's last (its first came from the request's prefill step)."""
+        return sum(s.decode_tokens for s in self.operator_stats)
+
+    @property
+    def decode_attention_pairs(self) -> int:
+        """Query-key pairs those decode tokens' attention computes (the same under any
+        schedule)."""
+        return sum(s.decode_attention_pairs for s in self.operator_stats)
 
     @property
     def continuations(self) -> int:

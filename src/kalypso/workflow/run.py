@@ -77,6 +77,10 @@ class WorkflowResult(RunTotals):
     warm: WarmReport | None = None
     planning_s: float = 0.0
     """Optimizing, lowering and ordering before the first call (included in ``time_s``)."""
+    longest_chain_tokens: int = 0
+    """The most tokens one query's chain of dependent calls generated
+    (:meth:`~kalypso.core.graph.TaskGraph.longest_chain_tokens`): the least engine steps
+    the batch needs, whatever the schedule."""
 
     def summary(self) -> str:
         hits = f", result cache {self.cache.hits} hits" if self.cache else ""
@@ -200,7 +204,8 @@ async def arun(
         )
 
     def result(done: list[Instance]) -> WorkflowResult:
-        rows = [lowered.read_outputs(i) for i in sorted(done, key=lambda i: i.key)]
+        ordered = sorted(done, key=lambda i: i.key)
+        rows = [lowered.read_outputs(i) for i in ordered]
         frame = pd.DataFrame(rows, columns=list(lowered.outputs))
         operator_stats = tuple(state.stats.values())
         return WorkflowResult(
@@ -215,6 +220,9 @@ async def arun(
             cache=state.result_cache.stats if state.result_cache else None,
             warm=warmer.report if warmer else None,
             planning_s=planned - started,
+            longest_chain_tokens=max(
+                (lowered.graph.longest_chain_tokens(i.outputs) for i in ordered), default=0
+            ),
         )
 
     warmer = None

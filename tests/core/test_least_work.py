@@ -1,0 +1,83 @@
+"""What any schedule must compute for a run: the longest chain of dependent calls'
+tokens (the least engine steps) and the decode tokens and their attention pairs, counted
+exactly on hand-made graphs and results."""
+
+from __future__ import annotations
+
+from kalypso.core.graph import FnNode, InputNode, LLMNode, Message, TaskGraph, Text
+from kalypso.core.instance import CallOutcome
+from kalypso.core.stats import OperatorStats
+from kalypso.engine.attention import attention_pairs
+from kalypso.engine.protocol import GenerateResult, RequestTimings
+
+
+def _llm(node_id: str, *deps: str) -> LLMNode:
+    messages = (Message("user", (Text(node_id),)),)
+    return LLMNode(node_id, messages, 64, node_id, deps=deps)
+
+
+def _outcome(tokens: int, *, from_result_cache: bool = False) -> CallOutcome:
+    return CallOutcome("x", tuple(range(tokens)), "stop", from_result_cache=from_result_cache)
+
+
+def _graph() -> TaskGraph:
+    # in -> a -> b -> join; in -> c -> join (fan-in); d depends on a through a Python step
+    return TaskGraph(
+        (
+            InputNode("in", ("q",)),
+            _llm("a", "in"),
+            _llm("b", "a"),
+            _llm("c", "in"),
+            FnNode("parse", lambda i: i, "parse", deps=("a",)),
+            _llm("d", "parse"),
+            _llm("join", "b", "c"),
+        )
+    )
+
+
+def test_the_longest_chain_follows_dependencies_through_fan_in_and_python_steps() -> None:
+    outputs = {
+        "a": _outcome(10),
+        "b": _outcome(5),
+        "c": _outcome(30),
+        "d": _outcome(40),
+        "join": _outcome(7),
+    }
+    # chains: a-b-join 22, c-join 37, a-parse-d 50
+    assert _graph().longest_chain_tokens(outputs) == 50
+    outputs["c"] = _outcome(60)  # now c-join is the longest: 67
+    assert _graph().longest_chain_tokens(outputs) == 67
+
+
+def test_calls_not_run_or_answered_by_the_result_cache_take_no_steps() -> None:
+    outputs = {"a": _outcome(10), "b": _outcome(5), "c": _outcome(30, from_result_cache=True)}
+    # d and join did not run (a branch not taken); c cost the engine nothing
+    assert _graph().longest_chain_tokens(outputs) == 15
+    assert _graph().longest_chain_tokens({}) == 0
+
+
+def _result(prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> GenerateResult:
+    return GenerateResult(
+        "r",
+        tuple(range(output_tokens)),
+        "x",
+        "stop",
+        prompt_tokens,
+        cached_tokens,
+        RequestTimings(0.0, 0.0, 0.0),
+    )
+
+
+def test_decode_tokens_and_pairs_are_counted_per_request() -> None:
+    stats = OperatorStats("op")
+    stats.record(_result(100, 5), continuation=False)
+    # four tokens fed back, at positions 100..103: pairs 101 + 102 + 103 + 104
+    assert stats.decode_tokens == 4
+    assert stats.decode_attention_pairs == 101 + 102 + 103 + 104 == attention_pairs(4, 100)
+    stats.record(_result(10, 1), continuation=False)  # the prefill step made its one token
+    stats.record(_result(10, 0), continuation=False)  # nothing generated
+    assert stats.decode_tokens == 4 and stats.decode_attention_pairs == 410
+    # a result-cache answer computed nothing
+    stats.record(_result(50, 9, cached_tokens=50), continuation=False, from_result_cache=True)
+    assert stats.decode_tokens == 4 and stats.decode_attention_pairs == 410
+    assert stats.output_tokens == 15
