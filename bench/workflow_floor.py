@@ -120,6 +120,9 @@ class WorkflowFloor:
     least_parts_s: dict[str, float]
     kalypso_s: float
     rows: tuple[FloorRow, ...]
+    kalypso_parts_s: dict[str, float] | None = None
+    """Kalypso's traced steps at the fitted cost, by part (None without its window):
+    beside ``least_parts_s``, where its time above the least goes."""
 
     def explain(self) -> str:
         """A few lines: the least work, its time by part, then one line per system."""
@@ -131,6 +134,12 @@ class WorkflowFloor:
             f" {self.least.decode_tokens:,} decode tokens,"
             f" {self.least.attention_pairs / 1e6:.1f}M pairs: {parts})"
         ]
+        if self.kalypso_parts_s is not None:
+            above = ", ".join(
+                f"{name} {self.kalypso_parts_s[name] - least_s:+.1f} s"
+                for name, least_s in self.least_parts_s.items()
+            )
+            lines.append(f"  kalypso's traced steps above the least: {above}")
         for row in self.rows:
             fitted = f", fitted {row.fitted_s:.1f} s" if row.fitted_s is not None else ""
             lines.append(
@@ -187,6 +196,8 @@ def floors(
                     fitted_s=None if fitted is None else round(fitted, 3),
                 )
             )
+        own = (runs or {}).get(run_name(workflow, REFERENCE, repeat))
+        own_parts = cost.parts_s([step for step, _ in own]) if own else None
         out.append(
             WorkflowFloor(
                 workflow=workflow,
@@ -196,6 +207,9 @@ def floors(
                 least_parts_s={k: round(v, 3) for k, v in least.parts_s(cost).items()},
                 kalypso_s=reference["time_s"],
                 rows=tuple(rows),
+                kalypso_parts_s=None
+                if own_parts is None
+                else {k: round(v, 3) for k, v in own_parts.items()},
             )
         )
     return out

@@ -105,6 +105,8 @@ def test_cli_fits_the_traced_runs_and_writes_the_floors(
     printed = capsys.readouterr().out
     assert "fit over 6 steps of 2 runs: 100 ms a step" in printed
     assert "mean |error| per step 0.000 s" in printed
+    # the hand-made runs are tiny: far below the records' least work, part by part
+    assert "above the least: steps -8.7 s, prefill tokens -11.2 s" in printed
     body = json.loads(out.read_text())
     assert body["cost"]["prefill_token_s"] == pytest.approx(0.002)
     (floor,) = body["workflows"]
