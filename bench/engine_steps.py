@@ -18,6 +18,7 @@ outside them, such as a warm-up's, are left out), or the whole file without one.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,8 +30,10 @@ KINDS = ("prefill", "mixed", "decode")
 
 
 def load_steps(path: Path) -> list[dict[str, float]]:
-    """The steps of a trace file, one JSON object per line, in file order."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The steps of a trace file, one JSON object per line, in file order (gzipped when
+    its name ends in ``.gz``)."""
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def runs_path(trace: Path) -> Path:

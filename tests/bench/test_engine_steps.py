@@ -3,6 +3,7 @@ on hand-made steps with exact answers."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -173,3 +174,11 @@ def test_bad_window_and_loading(tmp_path: Path) -> None:
     path = tmp_path / "steps.jsonl"
     path.write_text(json.dumps(_step(0, 1, 5, 0)) + "\n\n" + json.dumps(_step(1, 2, 0, 1)) + "\n")
     assert [step_kind(s) for s in load_steps(path)] == ["prefill", "decode"]
+
+
+def test_a_gzipped_trace_loads_as_the_plain_one(tmp_path: Path) -> None:
+    text = json.dumps(_step(0, 1, 5, 0)) + "\n" + json.dumps(_step(1, 2, 0, 1)) + "\n"
+    plain, packed = tmp_path / "steps.jsonl", tmp_path / "steps.jsonl.gz"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert load_steps(packed) == load_steps(plain)
