@@ -14,9 +14,11 @@ decode token and per attention pair). Kalypso's *least work* on a workflow is wh
 schedule of its calls must compute (:class:`LeastWork`):
 
 - **steps**: at least the tokens of its longest chain of dependent calls (each generated
-  token takes a step, and a call starts after those it depends on), and at least its
+  token takes a step, and a call starts after those it depends on), at least its
   generated tokens over the engine's ``max_num_seqs`` (a step generates one token per
-  running request at most);
+  running request at most), and at least its calls' private block-steps over the cache's
+  blocks (:mod:`kalypso.core.memory_bound`: the requests of one step hold at most the
+  cache);
 - **prefill tokens and their attention pairs**: the ideal prefix cache's, every distinct
   full-block prefix of the prompts it sent computed once;
 - **decode tokens and their attention pairs**: each generated token fed back once, the
@@ -46,6 +48,13 @@ from bench.workflow_bench import run_name
 REFERENCE = "kalypso"
 
 
+def memory_steps(record: Mapping[str, Any]) -> int:
+    """The least steps the cache's size allows: the private block-steps of the record's
+    calls over the cache's blocks (0 for a record without them)."""
+    blocks = record.get("kv_blocks", 0)
+    return math.ceil(record.get("private_block_steps", 0) / blocks) if blocks else 0
+
+
 @dataclass(frozen=True)
 class LeastWork:
     """The least engine work a run's calls need under any schedule."""
@@ -72,6 +81,7 @@ class LeastWork:
         steps = max(
             int(record["longest_chain_tokens"]),
             math.ceil(record["output_tokens"] / record["max_num_seqs"]),
+            memory_steps(record),
         )
         return cls(
             steps=steps,
@@ -163,14 +173,42 @@ def fit_cost(
     return cost, float(np.abs(errors).mean())
 
 
+SAME_WORK = ("min_prefill_tokens", "output_tokens", "decode_tokens", "longest_chain_tokens")
+"""Counts two deterministic runs of Kalypso's calls on one workflow must share."""
+
+
+def least_from(
+    reference: Mapping[str, Any], others: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any]:
+    """The ``kalypso`` record of ``reference``'s workflow in ``others`` (a later run that
+    counted more), checked to be the same work; ``reference`` when there is none.
+
+    Raises:
+        ValueError: the two runs' counts differ (not the same calls).
+    """
+    for other in others:
+        if other["system"] != REFERENCE or other["workflow"] != reference["workflow"]:
+            continue
+        differ = [k for k in SAME_WORK if other.get(k) != reference.get(k)]
+        if differ:
+            raise ValueError(
+                f"{reference['workflow']}: the runs differ in {differ}, so they did not make"
+                " the same calls"
+            )
+        return other
+    return reference
+
+
 def floors(
     records: Sequence[Mapping[str, Any]],
     cost: StepCost,
     runs: Mapping[str, Sequence[tuple[dict[str, float], float]]] | None = None,
+    counts: Sequence[Mapping[str, Any]] = (),
 ) -> list[WorkflowFloor]:
     """Each workflow with a ``kalypso`` record (each repeat of it): its least work and
     time, and the row of each system of the same repeat, in the records' order. ``runs``
-    (by :func:`bench.workflow_bench.run_name`) gives fitted times.
+    (by :func:`bench.workflow_bench.run_name`) gives fitted times; Kalypso's least work
+    comes from its record in ``counts`` when there is one (:func:`least_from`).
 
     Raises:
         ValueError: a ``kalypso`` record without the counts (see :meth:`LeastWork.of`).
@@ -178,7 +216,7 @@ def floors(
     out = []
     for reference in (r for r in records if r["system"] == REFERENCE):
         workflow, repeat = reference["workflow"], reference.get("repeat", 0)
-        least = LeastWork.of(reference)
+        least = LeastWork.of(least_from(reference, counts))
         least_s = least.time_s(cost)
         rows = []
         for record in records:
@@ -219,13 +257,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("records", type=Path, help="workflow_bench records (JSON)")
     parser.add_argument("trace", type=Path, help="the step trace of the same runs")
+    parser.add_argument(
+        "--counts",
+        type=Path,
+        default=None,
+        help="records of a later run whose kalypso records give the least work (they must"
+        " count the same calls; newer records count more, such as private block-steps)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the floors as JSON")
     args = parser.parse_args(argv)
     records = json.loads(args.records.read_text())
+    counts = json.loads(args.counts.read_text()) if args.counts else []
     runs = load_runs(args.trace)
     try:
         cost, error_s = fit_cost(runs)
-        found = floors(records, cost, runs)
+        found = floors(records, cost, runs, counts)
     except ValueError as error:
         raise SystemExit(f"cannot bound: {error}") from error
     steps = sum(len(run) for run in runs.values())

@@ -4,8 +4,11 @@ exactly on hand-made graphs and results."""
 
 from __future__ import annotations
 
+import pytest
+
 from kalypso.core.graph import FnNode, InputNode, LLMNode, Message, TaskGraph, Text
 from kalypso.core.instance import CallOutcome
+from kalypso.core.memory_bound import private_block_steps
 from kalypso.core.stats import OperatorStats
 from kalypso.engine.attention import attention_pairs
 from kalypso.engine.protocol import GenerateResult, RequestTimings
@@ -81,3 +84,20 @@ def test_decode_tokens_and_pairs_are_counted_per_request() -> None:
     stats.record(_result(50, 9, cached_tokens=50), continuation=False, from_result_cache=True)
     assert stats.decode_tokens == 4 and stats.decode_attention_pairs == 410
     assert stats.output_tokens == 15
+
+
+def test_private_block_steps_count_only_blocks_no_other_call_shares() -> None:
+    # blocks of 4 tokens; a and b share their first two blocks (8 tokens)
+    shared = list(range(8))
+    a = ([*shared, 100, 101, 102], [1, 2, 3])  # 11-token prompt, 3 outputs
+    b = ([*shared, 200], [5, 6])  # 9-token prompt, 2 outputs
+    c = (list(range(300, 305)), [7])  # one output: its prefill step only
+    # a's decode steps hold 12 and 13 tokens: 3 and 4 blocks, less 2 shared -> 1 + 2
+    # b's one decode step holds 10 tokens: 3 blocks, less 2 shared -> 1
+    assert private_block_steps([a, b, c], 4) == 1 + 2 + 1
+    # alone, nothing is shared: a holds 3 + 4 blocks
+    assert private_block_steps([a], 4) == 7
+    # the same call twice (merged) counts once, and does not share with itself
+    assert private_block_steps([a, a], 4) == 7
+    with pytest.raises(ValueError, match="block size must be positive"):
+        private_block_steps([a], 0)

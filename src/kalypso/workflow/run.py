@@ -18,6 +18,7 @@ from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.graph import LLMNode
 from kalypso.core.instance import Instance
 from kalypso.core.ledger import KVLedger
+from kalypso.core.memory_bound import private_block_steps
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import PlanInfo
 from kalypso.core.progress import ProgressView
@@ -81,6 +82,10 @@ class WorkflowResult(RunTotals):
     """The most tokens one query's chain of dependent calls generated
     (:meth:`~kalypso.core.graph.TaskGraph.longest_chain_tokens`): the least engine steps
     the batch needs, whatever the schedule."""
+    private_block_steps: int = 0
+    """The KV blocks the calls' decoding holds privately, summed over their decode steps
+    (:mod:`kalypso.core.memory_bound`): over the cache's blocks, another least number of
+    engine steps."""
 
     def summary(self) -> str:
         hits = f", result cache {self.cache.hits} hits" if self.cache else ""
@@ -222,6 +227,15 @@ async def arun(
             planning_s=planned - started,
             longest_chain_tokens=max(
                 (lowered.graph.longest_chain_tokens(i.outputs) for i in ordered), default=0
+            ),
+            private_block_steps=private_block_steps(
+                (
+                    (outcome.prompt_token_ids, outcome.output_token_ids)
+                    for i in ordered
+                    for outcome in i.outputs.values()
+                    if not outcome.from_result_cache
+                ),
+                engine.capacity.block_size_tokens,
             ),
         )
 
