@@ -26,9 +26,9 @@ Systems (``--systems``):
 ``langgraph``                 the real LangGraph library in its own venv, same server
 ============================  ===========================================================
 
-``--repeats N`` runs every system N times per workflow, in turn, and prints each system's
-spread over Kalypso's; ``--engine-trace PATH`` writes the engine's steps for
-:mod:`bench.workflow_floor`.
+``--repeats N`` runs every system N times per workflow, in turn (the order turned by one
+place each time), and prints each system's spread over Kalypso's; ``--engine-trace
+PATH`` writes the engine's steps for :mod:`bench.workflow_floor`.
 
 Baselines run without Kalypso's optimizer (no CSE, no result cache, no warming), as the
 systems they stand for have none. Trading runs its first day untimed (it warms the caches,
@@ -255,8 +255,9 @@ async def bench_engine(
     repeats: int = 1,
 ) -> list[WorkflowRecord]:
     """Run ``systems`` on each workflow on one engine, ``repeats`` times in turn (every
-    system once, then again). ``references`` maps a workflow to ``kalypso``'s outputs
-    (set by its first run; read by the other systems, on this engine or a later one).
+    system once, then again, the order turned each time: :func:`rotated`). ``references``
+    maps a workflow to ``kalypso``'s outputs (set by its first run; read by the other
+    systems, on this engine or a later one).
     Each timed run's window (``{"run": run_name(...), "start_s", "end_s"}``, on the
     engine's clock) is appended to ``windows`` when it is given."""
     engine = await open_engine(spec)
@@ -267,7 +268,7 @@ async def bench_engine(
         for name in names:
             job = workload(name, scale)
             for repeat in range(repeats):
-                for system in systems:
+                for system in rotated(systems, repeat):
                     record, (start_s, end_s) = await measure(
                         engine, job, scale, system, references, repeat
                     )
@@ -348,6 +349,15 @@ async def measure(
         flush=True,
     )
     return record, (run.started_s, run.started_s + elapsed)
+
+
+def rotated(systems: Sequence[str], repeat: int) -> list[str]:
+    """The order of ``systems`` in repeat ``repeat``: the first repeat's as given, each
+    later one turned by one more place, so each system runs first as often as the others
+    (the first run of a workflow on an engine pays one-off costs: Kalypso's first Reflect
+    took 4.7% longer than its next two, after a warm-up, BENCHMARKS.md)."""
+    turn = repeat % len(systems) if systems else 0
+    return [*systems[turn:], *systems[:turn]]
 
 
 def run_name(workflow: str, system: str, repeat: int) -> str:
