@@ -93,6 +93,33 @@ class StepCost:
         c = np.linalg.lstsq(x, np.array(seconds, dtype=float), rcond=None)[0]
         return cls(float(c[0]), float(c[1]), float(c[2]), float(c[3]))
 
+    @classmethod
+    def fit_nonnegative(
+        cls, steps: Sequence[dict[str, float]], seconds: Sequence[float]
+    ) -> StepCost:
+        """The least-squares cost with no negative part: a cost is never negative, and an
+        unconstrained fit gives one when its terms move together (say decode tokens with
+        steps, on workloads that decode one call at a time). With four parts every set of
+        them held at zero is tried, which is the exact non-negative least squares.
+
+        Raises:
+            ValueError: as :meth:`fit`.
+        """
+        cls.fit(steps, seconds)  # the same checks
+        x = np.array(
+            [[1.0, s["prefill_tokens"], s["decode_tokens"], s["attention_pairs"]] for s in steps]
+        )
+        y = np.array(seconds, dtype=float)
+        best, best_error = np.zeros(4), float(np.sum(y**2))
+        for mask in range(1, 16):
+            free = [i for i in range(4) if mask >> i & 1]
+            c = np.zeros(4)
+            c[free] = np.linalg.lstsq(x[:, free], y, rcond=None)[0]
+            error = float(np.sum((x @ c - y) ** 2))
+            if (c >= 0).all() and error < best_error:
+                best, best_error = c, error
+        return cls(float(best[0]), float(best[1]), float(best[2]), float(best[3]))
+
     def parts_s(self, steps: Sequence[dict[str, float]]) -> dict[str, float]:
         """The seconds this cost gives ``steps``, by part: ``steps``, ``prefill tokens``,
         ``decode tokens`` and ``attention``."""

@@ -6,12 +6,12 @@ any baseline's time over Kalypso's can be, whatever Kalypso's schedule.
         --engine-trace bench/results/steps-workflows.jsonl \\
         --out bench/results/workflows-floor-runs.json
     python -m bench.workflow_floor bench/results/workflows-floor-runs.json \\
-        bench/results/steps-workflows.jsonl --out bench/results/workflows-floor.json
+        bench/results/steps-workflows.jsonl.gz --out bench/results/workflows-floor.json
 
-One cost per engine step is fitted over the steps of every timed run in the trace
-(:class:`bench.engine_steps.StepCost`: a fixed part, and parts per prefill token, per
-decode token and per attention pair). Kalypso's *least work* on a workflow is what any
-schedule of its calls must compute (:class:`LeastWork`):
+One cost per engine step, no part of it negative, is fitted over the steps of every
+timed run in the trace (:class:`bench.engine_steps.StepCost`: a fixed part, and parts
+per prefill token, per decode token and per attention pair). Kalypso's *least work* on a
+workflow is what any schedule of its calls must compute (:class:`LeastWork`):
 
 - **steps**: at least the tokens of its longest chain of dependent calls (each generated
   token takes a step, and a call starts after those it depends on), at least its
@@ -162,13 +162,17 @@ class WorkflowFloor:
 def fit_cost(
     runs: Mapping[str, Sequence[tuple[dict[str, float], float]]],
 ) -> tuple[StepCost, float]:
-    """One cost over every run's steps, and its mean absolute error per step (seconds).
+    """One cost over every run's steps, no part of it negative
+    (:meth:`StepCost.fit_nonnegative`: a negative part would lower the least time below
+    what the work costs), and its mean absolute error per step (seconds).
 
     Raises:
         ValueError: fewer than five steps in all.
     """
     pooled = [pair for run in runs.values() for pair in run]
-    cost = StepCost.fit([step for step, _ in pooled], [seconds for _, seconds in pooled])
+    cost = StepCost.fit_nonnegative(
+        [step for step, _ in pooled], [seconds for _, seconds in pooled]
+    )
     errors = [seconds - sum(cost.parts_s([step]).values()) for step, seconds in pooled]
     return cost, float(np.abs(errors).mean())
 

@@ -182,3 +182,18 @@ def test_a_gzipped_trace_loads_as_the_plain_one(tmp_path: Path) -> None:
     plain.write_text(text)
     packed.write_bytes(gzip.compress(text.encode()))
     assert load_steps(packed) == load_steps(plain)
+
+
+def test_a_nonnegative_fit_holds_a_part_at_zero_rather_than_below() -> None:
+    # decode tokens always move with the steps here, and the seconds fall slightly with
+    # them: the free fit prices a decode token below zero, the constrained one at zero
+    steps = [_step(0, 0, prefill, decode) for prefill, decode in [(0, 1), (0, 2), (0, 3)]]
+    steps += [_step(0, 0, prefill, 0) for prefill in (100, 300, 500)]
+    seconds = [0.099, 0.098, 0.097, 0.3, 0.7, 1.1]
+    assert StepCost.fit(steps, seconds).decode_token_s < 0
+    cost = StepCost.fit_nonnegative(steps, seconds)
+    assert min(cost.step_s, cost.prefill_token_s, cost.decode_token_s) >= 0
+    assert cost.attention_pair_s >= 0 and cost.decode_token_s == 0
+    exact = _linear_steps([(256, 0, 1), (0, 16, 16), (128, 8, 9), (0, 4, 4), (512, 0, 2)])
+    exact_s = step_seconds(exact)
+    assert StepCost.fit_nonnegative(exact, exact_s) == pytest.approx(StepCost.fit(exact, exact_s))
