@@ -344,7 +344,7 @@ def test_workflow_bench_gives_pinned_systems_a_server_of_their_own_unless_told(
     seen: list[tuple[bool, list[str]]] = []
 
     async def record(
-        spec: object, names: object, systems: list[str], *rest: object
+        spec: object, names: object, systems: list[str], *rest: object, **options: object
     ) -> list[object]:
         seen.append((spec.pinning, systems))  # type: ignore[attr-defined]
         return []
