@@ -83,14 +83,8 @@ class StepCost:
         Raises:
             ValueError: fewer than five steps, or the two lengths differ.
         """
-        if len(steps) != len(seconds):
-            raise ValueError(f"{len(steps)} steps but {len(seconds)} durations")
-        if len(steps) < 5:
-            raise ValueError(f"a fit needs at least five steps, got {len(steps)}")
-        x = np.array(
-            [[1.0, s["prefill_tokens"], s["decode_tokens"], s["attention_pairs"]] for s in steps]
-        )
-        c = np.linalg.lstsq(x, np.array(seconds, dtype=float), rcond=None)[0]
+        x, y = _design(steps, seconds)
+        c = np.linalg.lstsq(x, y, rcond=None)[0]
         return cls(float(c[0]), float(c[1]), float(c[2]), float(c[3]))
 
     @classmethod
@@ -105,11 +99,7 @@ class StepCost:
         Raises:
             ValueError: as :meth:`fit`.
         """
-        cls.fit(steps, seconds)  # the same checks
-        x = np.array(
-            [[1.0, s["prefill_tokens"], s["decode_tokens"], s["attention_pairs"]] for s in steps]
-        )
-        y = np.array(seconds, dtype=float)
+        x, y = _design(steps, seconds)
         best, best_error = np.zeros(4), float(np.sum(y**2))
         for mask in range(1, 16):
             free = [i for i in range(4) if mask >> i & 1]
@@ -137,6 +127,24 @@ class StepCost:
             f" prefill token + {self.decode_token_s * 1e3:.2f} ms a decode token +"
             f" {self.attention_pair_s * 1e6:.2f} s per million attention pairs"
         )
+
+
+def _design(
+    steps: Sequence[dict[str, float]], seconds: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The fit's matrix (a column per part of :class:`StepCost`) and its seconds.
+
+    Raises:
+        ValueError: fewer than five steps, or the two lengths differ.
+    """
+    if len(steps) != len(seconds):
+        raise ValueError(f"{len(steps)} steps but {len(seconds)} durations")
+    if len(steps) < 5:
+        raise ValueError(f"a fit needs at least five steps, got {len(steps)}")
+    x = np.array(
+        [[1.0, s["prefill_tokens"], s["decode_tokens"], s["attention_pairs"]] for s in steps]
+    )
+    return x, np.array(seconds, dtype=float)
 
 
 @dataclass

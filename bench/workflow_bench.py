@@ -46,7 +46,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -300,8 +300,7 @@ async def measure(
         window = (start_s, engine_clock_s(engine))
         if measured is None:
             return None, window
-        external = external_record(engine, job, scale, measured, reference)
-        return replace(external, repeat=repeat), window
+        return external_record(engine, job, scale, measured, reference, repeat), window
     run = await run_system(engine, job, system)
     result, elapsed = run.result, run.elapsed_s
     if system == "kalypso" and reference is None:
@@ -378,6 +377,7 @@ def external_record(
     scale: str,
     run: ExternalRun,
     reference: pd.DataFrame | None,
+    repeat: int = 0,
 ) -> WorkflowRecord:
     """The LangGraph run's record (its own prompts: outputs compared, not required equal)."""
     outputs = pd.DataFrame(run.outputs)
@@ -411,6 +411,7 @@ def external_record(
         preemptions=run.preemptions,
         outputs_equal=0.0 if reference is None else equal_fraction(outputs, reference),
         accuracy=None,
+        repeat=repeat,
     )
 
 
