@@ -143,6 +143,9 @@ class WorkflowRecord:
     (:mod:`kalypso.core.memory_bound`)."""
     kv_blocks: int = 0
     """The blocks of the engine's KV cache."""
+    least_decode_steps: int = 0
+    """The least steps the calls' decoding needs in that cache, a step decoding no more
+    calls than fit beside each other (:mod:`kalypso.core.memory_bound`)."""
     repeat: int = 0
     """Which repeat of the system on this workflow (``--repeats``), from 0."""
 
@@ -339,6 +342,7 @@ async def measure(
         max_num_seqs=engine.capacity.max_running_requests or 0,
         private_block_steps=result.private_block_steps,
         kv_blocks=engine.capacity.num_blocks,
+        least_decode_steps=result.least_decode_steps,
         repeat=repeat,
     )
     print(

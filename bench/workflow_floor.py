@@ -16,9 +16,10 @@ workflow is what any schedule of its calls must compute (:class:`LeastWork`):
 - **steps**: at least the tokens of its longest chain of dependent calls (each generated
   token takes a step, and a call starts after those it depends on), at least its
   generated tokens over the engine's ``max_num_seqs`` (a step generates one token per
-  running request at most), and at least its calls' private block-steps over the cache's
+  running request at most), at least its calls' private block-steps over the cache's
   blocks (:mod:`kalypso.core.memory_bound`: the requests of one step hold at most the
-  cache);
+  cache), and at least the steps its calls' decoding needs when no step decodes more
+  whole calls than fit in the cache beside each other (``least_decode_steps``);
 - **prefill tokens and their attention pairs**: the ideal prefix cache's, every distinct
   full-block prefix of the prompts it sent computed once;
 - **decode tokens and their attention pairs**: each generated token fed back once, the
@@ -82,6 +83,7 @@ class LeastWork:
             int(record["longest_chain_tokens"]),
             math.ceil(record["output_tokens"] / record["max_num_seqs"]),
             memory_steps(record),
+            int(record.get("least_decode_steps", 0)),
         )
         return cls(
             steps=steps,

@@ -46,6 +46,8 @@ def test_least_steps_are_the_longest_chain_or_the_batch_limit() -> None:
     # 4,400 private block-steps in a 40-block cache: at least 110 steps
     memory = _record("kalypso", 1.0, private_block_steps=4_400, kv_blocks=40)
     assert LeastWork.of(memory).steps == 110
+    # no step decodes more whole calls than fit beside each other: 120 steps
+    assert LeastWork.of({**memory, "least_decode_steps": 120}).steps == 120
     with pytest.raises(ValueError, match="no engine counts"):
         LeastWork.of(_record("langgraph", 1.0, requests=0, max_num_seqs=0))
 

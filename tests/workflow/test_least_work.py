@@ -38,7 +38,10 @@ async def _days(name: str, policy: str) -> list[WorkflowResult]:
 
 async def test_the_counts_are_exact_and_the_same_under_every_policy() -> None:
     # Iterative: six chunks summarised in a chain; MapRed: experts, then a reduce
-    for name, chain_tokens, block_steps in (("iterative", 163, 12_940), ("mapred", 48, 2_932)):
+    for name, chain_tokens, block_steps, decode_steps in (
+        ("iterative", 163, 12_940, 289),
+        ("mapred", 48, 2_932, 75),
+    ):
         counts = set()
         for policy in ("cache-aware", "all-ready", "querywise"):
             (result,) = await _days(name, policy)
@@ -49,12 +52,13 @@ async def test_the_counts_are_exact_and_the_same_under_every_policy() -> None:
                 (
                     result.longest_chain_tokens,
                     result.private_block_steps,
+                    result.least_decode_steps,
                     result.decode_tokens,
                     result.decode_attention_pairs,
                 )
             )
         assert len(counts) == 1, counts  # the work does not depend on the schedule
-        assert next(iter(counts))[:2] == (chain_tokens, block_steps)
+        assert next(iter(counts))[:3] == (chain_tokens, block_steps, decode_steps)
 
 
 async def test_calls_the_result_cache_answers_count_no_decode() -> None:

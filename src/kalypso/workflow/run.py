@@ -18,7 +18,7 @@ from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.graph import LLMNode
 from kalypso.core.instance import Instance
 from kalypso.core.ledger import KVLedger
-from kalypso.core.memory_bound import private_block_steps
+from kalypso.core.memory_bound import held_blocks, least_decode_steps, private_block_steps
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import PlanInfo
 from kalypso.core.progress import ProgressView
@@ -86,6 +86,10 @@ class WorkflowResult(RunTotals):
     """The KV blocks the calls' decoding holds privately, summed over their decode steps
     (:mod:`kalypso.core.memory_bound`): over the cache's blocks, another least number of
     engine steps."""
+    least_decode_steps: int = 0
+    """The least engine steps the calls' decoding needs in this engine's cache, where a
+    step decodes no more calls than fit beside each other and the engine runs
+    (:func:`kalypso.core.memory_bound.least_decode_steps`)."""
 
     def summary(self) -> str:
         hits = f", result cache {self.cache.hits} hits" if self.cache else ""
@@ -213,6 +217,16 @@ async def arun(
         rows = [lowered.read_outputs(i) for i in ordered]
         frame = pd.DataFrame(rows, columns=list(lowered.outputs))
         operator_stats = tuple(state.stats.values())
+        capacity = engine.capacity
+        held = held_blocks(  # what the engine computed: result-cache answers computed nothing
+            (
+                (outcome.prompt_token_ids, outcome.output_token_ids)
+                for i in ordered
+                for outcome in i.outputs.values()
+                if not outcome.from_result_cache
+            ),
+            capacity.block_size_tokens,
+        )
         return WorkflowResult(
             outputs=frame,
             stats=stats_frame(list(operator_stats)),
@@ -228,14 +242,9 @@ async def arun(
             longest_chain_tokens=max(
                 (lowered.graph.longest_chain_tokens(i.outputs) for i in ordered), default=0
             ),
-            private_block_steps=private_block_steps(
-                (
-                    (outcome.prompt_token_ids, outcome.output_token_ids)
-                    for i in ordered
-                    for outcome in i.outputs.values()
-                    if not outcome.from_result_cache
-                ),
-                engine.capacity.block_size_tokens,
+            private_block_steps=private_block_steps(held),
+            least_decode_steps=least_decode_steps(
+                held, capacity.num_blocks, capacity.max_running_requests
             ),
         )
 
