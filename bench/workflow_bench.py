@@ -138,9 +138,9 @@ class WorkflowRecord:
     steps the batch needs (:mod:`bench.workflow_floor`)."""
     max_num_seqs: int = 0
     """The most requests the engine ran at once."""
-    private_block_steps: int = 0
-    """The KV blocks the calls' decoding held privately, summed over decode steps
-    (:mod:`kalypso.core.memory_bound`)."""
+    held_block_steps: int = 0
+    """The KV blocks the calls' decoding held, each shared block divided among the calls
+    that contain it, summed over decode steps (:mod:`kalypso.core.memory_bound`)."""
     kv_blocks: int = 0
     """The blocks of the engine's KV cache."""
     least_decode_steps: int = 0
@@ -340,7 +340,7 @@ async def measure(
         decode_attention_pairs=result.decode_attention_pairs,
         longest_chain_tokens=result.longest_chain_tokens,
         max_num_seqs=engine.capacity.max_running_requests or 0,
-        private_block_steps=result.private_block_steps,
+        held_block_steps=result.held_block_steps,
         kv_blocks=engine.capacity.num_blocks,
         least_decode_steps=result.least_decode_steps,
         repeat=repeat,

@@ -16,10 +16,11 @@ workflow is what any schedule of its calls must compute (:class:`LeastWork`):
 - **steps**: at least the tokens of its longest chain of dependent calls (each generated
   token takes a step, and a call starts after those it depends on), at least its
   generated tokens over the engine's ``max_num_seqs`` (a step generates one token per
-  running request at most), at least its calls' private block-steps over the cache's
-  blocks (:mod:`kalypso.core.memory_bound`: the requests of one step hold at most the
-  cache), and at least the steps its calls' decoding needs when no step decodes more
-  whole calls than fit in the cache beside each other (``least_decode_steps``);
+  running request at most), at least the block-steps its calls' decoding held over the
+  cache's blocks (:mod:`kalypso.core.memory_bound`: each shared block divided among the
+  calls that contain it; the requests of one step hold at most the cache), and at least
+  the steps its calls' decoding needs when no step decodes more whole calls than fit in
+  the cache beside each other (``least_decode_steps``);
 - **prefill tokens and their attention pairs**: the ideal prefix cache's, every distinct
   full-block prefix of the prompts it sent computed once;
 - **decode tokens and their attention pairs**: each generated token fed back once, the
@@ -50,10 +51,10 @@ REFERENCE = "kalypso"
 
 
 def memory_steps(record: Mapping[str, Any]) -> int:
-    """The least steps the cache's size allows: the private block-steps of the record's
-    calls over the cache's blocks (0 for a record without them)."""
+    """The least steps the cache's size allows: the block-steps the record's calls held
+    over the cache's blocks (0 for a record without them)."""
     blocks = record.get("kv_blocks", 0)
-    return math.ceil(record.get("private_block_steps", 0) / blocks) if blocks else 0
+    return math.ceil(record.get("held_block_steps", 0) / blocks) if blocks else 0
 
 
 @dataclass(frozen=True)

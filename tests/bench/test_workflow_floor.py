@@ -43,8 +43,8 @@ def test_least_steps_are_the_longest_chain_or_the_batch_limit() -> None:
     assert least.attention_pairs == 2_000_000
     # 90 steps 9 s, 6,000 prefill 12 s, 1,380 decode 13.8 s, 2M pairs 0.1 s
     assert least.time_s(COST) == pytest.approx(9.0 + 12.0 + 13.8 + 0.1)
-    # 4,400 private block-steps in a 40-block cache: at least 110 steps
-    memory = _record("kalypso", 1.0, private_block_steps=4_400, kv_blocks=40)
+    # 4,400 block-steps held in a 40-block cache: at least 110 steps
+    memory = _record("kalypso", 1.0, held_block_steps=4_400, kv_blocks=40)
     assert LeastWork.of(memory).steps == 110
     # no step decodes more whole calls than fit beside each other: 120 steps
     assert LeastWork.of({**memory, "least_decode_steps": 120}).steps == 120
@@ -180,7 +180,7 @@ def test_repeats_run_each_system_in_turn_and_print_their_spread(
 
 def test_counts_from_a_later_run_of_the_same_calls() -> None:
     records = [_record("kalypso", 40.0), _record("querywise", 70.0)]
-    later = [_record("kalypso", 41.0, private_block_steps=8_000, kv_blocks=40)]
+    later = [_record("kalypso", 41.0, held_block_steps=8_000, kv_blocks=40)]
     (floor,) = floors(records, COST, counts=later)
     assert floor.least.steps == 200  # the memory bound, counted only by the later run
     assert floor.kalypso_s == 40.0  # times stay the first run's

@@ -4,11 +4,13 @@ exactly on hand-made graphs and results."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from kalypso.core.graph import FnNode, InputNode, LLMNode, Message, TaskGraph, Text
 from kalypso.core.instance import CallOutcome
-from kalypso.core.memory_bound import held_blocks, least_decode_steps, private_block_steps
+from kalypso.core.memory_bound import block_steps, held_blocks, least_decode_steps
 from kalypso.core.stats import OperatorStats
 from kalypso.engine.attention import attention_pairs
 from kalypso.engine.protocol import GenerateResult, RequestTimings
@@ -86,42 +88,47 @@ def test_decode_tokens_and_pairs_are_counted_per_request() -> None:
     assert stats.output_tokens == 15
 
 
-def test_decode_steps_hold_only_blocks_no_other_call_shares() -> None:
+def test_a_shared_block_weighs_its_share_in_each_call_that_contains_it() -> None:
     # blocks of 4 tokens; a and b share their first two blocks (8 tokens)
     shared = list(range(8))
     a = ([*shared, 100, 101, 102], [1, 2, 3])  # 11-token prompt, 3 outputs
     b = ([*shared, 200], [5, 6])  # 9-token prompt, 2 outputs
     c = (list(range(300, 305)), [7])  # one output: its prefill step only
-    # a's decode steps hold 12 and 13 tokens: 3 and 4 blocks, less 2 shared -> 1, 2
-    # b's one decode step holds 10 tokens: 3 blocks, less 2 shared -> 1
-    assert held_blocks([a, b, c], 4) == {1: 2, 2: 1}
-    assert private_block_steps(held_blocks([a, b, c], 4)) == 1 + 2 + 1
-    # alone, nothing is shared: a holds 3 + 4 blocks
-    assert private_block_steps(held_blocks([a], 4)) == 7
+    # a's decode steps hold 12 tokens (two shared blocks at 1/2, one of its own) and 13
+    # (one more, partial); b's one decode step holds 10 (two shared at 1/2, one partial)
+    assert held_blocks([a, b, c], 4) == {2: 2, 3: 1}
+    assert block_steps(held_blocks([a, b, c], 4)) == 2 + 3 + 2
+    # alone, nothing is shared: a holds 3 then 4 blocks
+    assert held_blocks([a], 4) == {3: 1, 4: 1}
     # the same call twice (merged) counts once, and does not share with itself
     assert held_blocks([a, a], 4) == {3: 1, 4: 1}
+    # three calls below one shared block: in one step they hold it and three partials
+    calls = [([0, 1, 2, 3, 10 + i], [1, 2]) for i in range(3)]
+    assert held_blocks(calls, 4) == {Fraction(4, 3): 3}
+    assert block_steps(held_blocks(calls, 4)) == 4
     with pytest.raises(ValueError, match="block size must be positive"):
         held_blocks([a], 0)
 
 
 def test_no_step_decodes_more_calls_than_fit_in_the_cache() -> None:
     # 310 decode steps of 15 blocks in a 44-block cache: two a step, whatever the schedule
-    big = {15: 310}
+    big = {Fraction(15): 310}
     assert least_decode_steps(big, 44) == 155
-    assert private_block_steps(big) / 44 < 106  # the block-steps bound allows fewer
+    assert block_steps(big) / 44 < 106  # the block-steps bound allows fewer
     # smaller steps beside them widen only their own threshold: 630 / (44 // 2 = 22)
-    assert least_decode_steps({**big, 2: 320}, 44) == 155
-    assert least_decode_steps({2: 320}, 44) == 15
-    assert least_decode_steps({2: 320}, 44, max_running=16) == 20
+    assert least_decode_steps({**big, Fraction(2): 320}, 44) == 155
+    assert least_decode_steps({Fraction(2): 320}, 44) == 15
+    assert least_decode_steps({Fraction(2): 320}, 44, max_running=16) == 20
     # steps that grow past half the cache run one at a time: 10 of them, 6 more of 20
-    assert least_decode_steps({23: 10, 20: 6}, 44) == 10
-    assert least_decode_steps({23: 10, 20: 16}, 44) == 13  # 26 of 20 or more, 2 a step
-    # fully shared steps hold nothing privately: only the engine's limit binds
-    assert least_decode_steps({0: 32}, 44, max_running=2) == 16
-    assert least_decode_steps({0: 32}, 44) == 1
+    assert least_decode_steps({Fraction(23): 10, Fraction(20): 6}, 44) == 10
+    assert least_decode_steps({Fraction(23): 10, Fraction(20): 16}, 44) == 13  # 2 a step
+    # weights need not be whole: three of 4/3 fit in 4 blocks
+    assert least_decode_steps({Fraction(4, 3): 30}, 4) == 10
     assert least_decode_steps({}, 44) == 0
     with pytest.raises(ValueError, match="more than the cache's 44"):
-        least_decode_steps({45: 1}, 44)
+        least_decode_steps({Fraction(45): 1}, 44)
+    with pytest.raises(ValueError, match="at least one block"):
+        least_decode_steps({Fraction(0): 1}, 44)
     with pytest.raises(ValueError, match="must have blocks"):
         least_decode_steps(big, 0)
     with pytest.raises(ValueError, match="max_running must be >= 1"):

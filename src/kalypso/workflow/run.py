@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.graph import LLMNode
 from kalypso.core.instance import Instance
 from kalypso.core.ledger import KVLedger
-from kalypso.core.memory_bound import held_blocks, least_decode_steps, private_block_steps
+from kalypso.core.memory_bound import block_steps, held_blocks, least_decode_steps
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import PlanInfo
 from kalypso.core.progress import ProgressView
@@ -82,10 +83,11 @@ class WorkflowResult(RunTotals):
     """The most tokens one query's chain of dependent calls generated
     (:meth:`~kalypso.core.graph.TaskGraph.longest_chain_tokens`): the least engine steps
     the batch needs, whatever the schedule."""
-    private_block_steps: int = 0
-    """The KV blocks the calls' decoding holds privately, summed over their decode steps
-    (:mod:`kalypso.core.memory_bound`): over the cache's blocks, another least number of
-    engine steps."""
+    held_block_steps: int = 0
+    """The KV blocks the calls' decoding holds, each shared block divided among the calls
+    that contain it, summed over their decode steps and rounded up
+    (:func:`kalypso.core.memory_bound.block_steps`): over the cache's blocks, another least
+    number of engine steps."""
     least_decode_steps: int = 0
     """The least engine steps the calls' decoding needs in this engine's cache, where a
     step decodes no more calls than fit beside each other and the engine runs
@@ -242,7 +244,7 @@ async def arun(
             longest_chain_tokens=max(
                 (lowered.graph.longest_chain_tokens(i.outputs) for i in ordered), default=0
             ),
-            private_block_steps=private_block_steps(held),
+            held_block_steps=math.ceil(block_steps(held)),
             least_decode_steps=least_decode_steps(
                 held, capacity.num_blocks, capacity.max_running_requests
             ),
