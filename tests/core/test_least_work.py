@@ -110,6 +110,34 @@ def test_a_shared_block_weighs_its_share_in_each_call_that_contains_it() -> None
         held_blocks([a], 0)
 
 
+def test_a_block_is_divided_only_among_calls_that_can_run_together() -> None:
+    # blocks of 4: "final" continues "analyst"'s conversation, so both contain its blocks
+    analyst = (list(range(8)), [8, 9])  # its decode step holds 9 tokens: 2 full blocks
+    final = ([*range(10), 20, 21], [30, 31])  # 13 tokens: those 2 blocks and 1 more
+    calls = [analyst, final]
+    # without knowing their order, each pays half of the two shared blocks
+    assert held_blocks(calls, 4) == {2: 1, 3: 1}
+    # final depends on analyst: never in the same step, so each pays them in full
+    sites = [((0,), "analyst"), ((0,), "final")]
+    ancestors = {"analyst": set(), "final": {"analyst"}}
+    assert held_blocks(calls, 4, sites, ancestors) == {3: 1, 4: 1}
+    # calls of two instances may run together whatever their nodes
+    apart = [((0,), "analyst"), ((1,), "final")]
+    assert held_blocks(calls, 4, apart, ancestors) == {2: 1, 3: 1}
+    # a call merged from two sites runs beside any other
+    merged = [analyst, analyst, final]
+    sites3 = [((0,), "analyst"), ((1,), "analyst"), ((0,), "final")]
+    assert held_blocks(merged, 4, sites3, ancestors) == {2: 1, 3: 1}
+    # three sequences in one instance (a -> b, c, d): at most 3 of the 4 hold a block at once
+    shared = list(range(4))
+    four = [([*shared, 10 + i], [1, 2]) for i in range(4)]
+    nodes = [((0,), n) for n in "abcd"]
+    chain = {"a": set(), "b": {"a"}, "c": set(), "d": set()}
+    assert held_blocks(four, 4, nodes, chain) == {Fraction(4, 3): 4}
+    with pytest.raises(ValueError, match="1 sites for 2 calls"):
+        held_blocks(calls, 4, sites[:1], ancestors)
+
+
 def test_no_step_decodes_more_calls_than_fit_in_the_cache() -> None:
     # 310 decode steps of 15 blocks in a 44-block cache: two a step, whatever the schedule
     big = {Fraction(15): 310}

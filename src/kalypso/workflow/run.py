@@ -22,6 +22,7 @@ from kalypso.core.ledger import KVLedger
 from kalypso.core.memory_bound import block_steps, held_blocks, least_decode_steps
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import PlanInfo
+from kalypso.core.policies.cache_aware import llm_dependencies
 from kalypso.core.progress import ProgressView
 from kalypso.core.report import PipelineReport
 from kalypso.core.result_cache import CacheStats, PromptResultCache
@@ -220,14 +221,18 @@ async def arun(
         frame = pd.DataFrame(rows, columns=list(lowered.outputs))
         operator_stats = tuple(state.stats.values())
         capacity = engine.capacity
-        held = held_blocks(  # what the engine computed: result-cache answers computed nothing
-            (
-                (outcome.prompt_token_ids, outcome.output_token_ids)
-                for i in ordered
-                for outcome in i.outputs.values()
-                if not outcome.from_result_cache
-            ),
+        finished = time.monotonic()
+        computed = [  # what the engine computed: result-cache answers computed nothing
+            ((i.key, node_id), outcome)
+            for i in ordered
+            for node_id, outcome in i.outputs.items()
+            if not outcome.from_result_cache
+        ]
+        held = held_blocks(
+            [(outcome.prompt_token_ids, outcome.output_token_ids) for _, outcome in computed],
             capacity.block_size_tokens,
+            sites=[site for site, _ in computed],
+            ancestors=llm_dependencies(lowered.graph),
         )
         return WorkflowResult(
             outputs=frame,
@@ -235,7 +240,7 @@ async def arun(
             operator_stats=operator_stats,
             policy=policy.name,
             engine=engine.name,
-            time_s=time.monotonic() - started,
+            time_s=finished - started,
             report=runner.report,
             rewrites=lowered.canon.rewrites,
             cache=state.result_cache.stats if state.result_cache else None,
