@@ -140,7 +140,7 @@ class WorkflowRecord:
     """The most requests the engine ran at once."""
     held_block_steps: int = 0
     """The KV blocks the calls' decoding held, each shared block divided among the calls
-    that contain it, summed over decode steps (:mod:`kalypso.core.memory_bound`)."""
+    that can hold it in one step, summed over decode steps (:mod:`kalypso.core.memory_bound`)."""
     kv_blocks: int = 0
     """The blocks of the engine's KV cache."""
     least_decode_steps: int = 0

@@ -86,7 +86,7 @@ class WorkflowResult(RunTotals):
     the batch needs, whatever the schedule."""
     held_block_steps: int = 0
     """The KV blocks the calls' decoding holds, each shared block divided among the calls
-    that contain it, summed over their decode steps and rounded up
+    that can hold it in one step, summed over their decode steps and rounded up
     (:func:`kalypso.core.memory_bound.block_steps`): over the cache's blocks, another least
     number of engine steps."""
     least_decode_steps: int = 0
