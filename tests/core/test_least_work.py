@@ -4,15 +4,19 @@ exactly on hand-made graphs and results."""
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kalypso.core.graph import FnNode, InputNode, LLMNode, Message, TaskGraph, Text
 from kalypso.core.instance import CallOutcome
 from kalypso.core.memory_bound import block_steps, held_blocks, least_decode_steps
 from kalypso.core.stats import OperatorStats
 from kalypso.engine.attention import attention_pairs
+from kalypso.engine.blocks import chain_keys
 from kalypso.engine.protocol import GenerateResult, RequestTimings
 
 
@@ -161,3 +165,32 @@ def test_no_step_decodes_more_calls_than_fit_in_the_cache() -> None:
         least_decode_steps(big, 0)
     with pytest.raises(ValueError, match="max_running must be >= 1"):
         least_decode_steps(big, 44, max_running=0)
+
+
+def _held_token_by_token(calls: list[tuple[list[int], list[int]]], block: int) -> Counter[Fraction]:
+    """The module's definition, step by step, for calls that all run beside each other."""
+    distinct = list(dict.fromkeys((tuple(p), tuple(o)) for p, o in calls))
+    keys = [chain_keys([*p, *o], block) for p, o in distinct]
+    holders = Counter(key for call_keys in keys for key in call_keys)
+    held: Counter[Fraction] = Counter()
+    for (prompt, output), call_keys in zip(distinct, keys, strict=True):
+        for step in range(2, len(output) + 1):
+            tokens = len(prompt) + step - 1
+            full = sum(Fraction(1, holders[key]) for key in call_keys[: tokens // block])
+            held[full + (1 if tokens % block else 0)] += 1
+    return held
+
+
+_tokens = st.lists(st.integers(0, 2), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(_tokens, st.lists(st.integers(0, 2), max_size=8)), max_size=6),
+    st.integers(1, 5),
+)
+def test_held_blocks_counts_block_by_block_what_the_definition_counts_step_by_step(
+    calls: list[tuple[list[int], list[int]]], block: int
+) -> None:
+    # tokens from {0, 1, 2} make calls share blocks often
+    assert held_blocks(calls, block) == _held_token_by_token(calls, block)
