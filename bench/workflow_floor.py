@@ -18,9 +18,9 @@ workflow is what any schedule of its calls must compute (:class:`LeastWork`):
   generated tokens over the engine's ``max_num_seqs`` (a step generates one token per
   running request at most), at least the block-steps its calls' decoding held over the
   cache's blocks (:mod:`kalypso.core.memory_bound`: each shared block divided among the
-  calls that can hold it in one step; the requests of one step hold at most the cache), and at least
-  the steps its calls' decoding needs when no step decodes more whole calls than fit in
-  the cache beside each other (``least_decode_steps``);
+  calls that can hold it in one step; the requests of one step hold at most the cache),
+  and at least the steps its calls' decoding needs when no step decodes more whole calls
+  than fit in the cache beside each other (``least_decode_steps``);
 - **prefill tokens and their attention pairs**: the ideal prefix cache's, every distinct
   full-block prefix of the prompts it sent computed once;
 - **decode tokens and their attention pairs**: each generated token fed back once, the

@@ -202,6 +202,19 @@ class TaskGraph:
                 return node
         raise GraphError(f"no node {node_id!r}")
 
+    def llm_ancestors(self) -> dict[str, set[str]]:
+        """Each LLM node's LLM ancestors, reached through any chain of nodes (Python steps
+        included): a call starts only after every one of them has finished."""
+        ancestors: dict[str, set[str]] = {}
+        for node in self.nodes:
+            found: set[str] = set()
+            for dep in getattr(node, "deps", ()):
+                found |= ancestors.get(dep, set())
+                if isinstance(self.node(dep), LLMNode):
+                    found.add(dep)
+            ancestors[node.node_id] = found
+        return {n.node_id: ancestors[n.node_id] for n in self.nodes if isinstance(n, LLMNode)}
+
     def longest_chain_tokens(self, outputs: Mapping[str, CallOutcome]) -> int:
         """The most tokens one chain of dependent LLM calls generated for an instance whose
         calls produced ``outputs`` (by node id; a call that did not run, or that the

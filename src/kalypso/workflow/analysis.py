@@ -18,7 +18,6 @@ from kalypso.core.cost import CallCost, Token, TokenClock
 from kalypso.core.graph import LLMNode, Slot, Text
 from kalypso.core.instance import Instance
 from kalypso.core.policies import PlanInfo, RunInfo, TaskInfo, get_policy
-from kalypso.core.policies.cache_aware import llm_dependencies
 from kalypso.core.prompt import ChatLayout
 from kalypso.core.slots import OutputSlot
 from kalypso.workflow.lower import Lowered
@@ -33,7 +32,7 @@ def call_costs(
     """Every (LLM node, query) of the batch as a :class:`CallCost`, and their keys."""
     nodes = [n for n in lowered.graph.nodes if isinstance(n, LLMNode)]
     out_of = out_tokens if callable(out_tokens) else (lambda n: out_tokens[n.node_id])
-    deps = llm_dependencies(lowered.graph)
+    deps = lowered.graph.llm_ancestors()
     keys = [(n.node_id, i.key) for i in instances for n in nodes]
     index = {key: position for position, key in enumerate(keys)}
     calls = []

@@ -22,7 +22,6 @@ from kalypso.core.ledger import KVLedger
 from kalypso.core.memory_bound import block_steps, held_blocks, least_decode_steps
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import PlanInfo
-from kalypso.core.policies.cache_aware import llm_dependencies
 from kalypso.core.progress import ProgressView
 from kalypso.core.report import PipelineReport
 from kalypso.core.result_cache import CacheStats, PromptResultCache
@@ -232,7 +231,7 @@ async def arun(
             [(outcome.prompt_token_ids, outcome.output_token_ids) for _, outcome in computed],
             capacity.block_size_tokens,
             sites=[site for site, _ in computed],
-            ancestors=llm_dependencies(lowered.graph),
+            ancestors=lowered.graph.llm_ancestors(),
         )
         return WorkflowResult(
             outputs=frame,

@@ -43,19 +43,6 @@ from kalypso.core.prompt import ChatLayout
 from kalypso.core.trt import TemplatedRadixTree, TreeNode
 
 
-def llm_dependencies(graph: TaskGraph) -> dict[str, set[str]]:
-    """Each LLM node's LLM ancestors reached through any chain of nodes."""
-    ancestors: dict[str, set[str]] = {}
-    for node in graph.nodes:
-        found: set[str] = set()
-        for dep in getattr(node, "deps", ()):
-            found |= ancestors.get(dep, set())
-            if isinstance(graph.node(dep), LLMNode):
-                found.add(dep)
-        ancestors[node.node_id] = found
-    return {n.node_id: ancestors[n.node_id] for n in graph.nodes if isinstance(n, LLMNode)}
-
-
 def operator_order(
     trt: TemplatedRadixTree, deps: dict[str, set[str]]
 ) -> tuple[list[str], dict[str, int]]:
@@ -152,7 +139,7 @@ class CacheAware(Policy):
             raise PolicyError("cache-aware scheduling needs a task graph and a chat layout")
         nodes = [n for n in graph.nodes if isinstance(n, LLMNode)]
         self.tree = TemplatedRadixTree.of(nodes, layout)
-        order, self.group = operator_order(self.tree, llm_dependencies(graph))
+        order, self.group = operator_order(self.tree, graph.llm_ancestors())
         self.position = {op: i for i, op in enumerate(order)}
 
     def rank(self, task: TaskInfo) -> tuple[Any, ...]:
