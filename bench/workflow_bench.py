@@ -81,6 +81,7 @@ SYSTEMS: dict[str, tuple[str, WorkflowOptions]] = {
     "no-warm": ("cache-aware", WorkflowOptions(warm=False)),
     "kalypso-pinned": ("cache-aware", ON),
     "kalypso-overcommit": ("cache-aware", ON),
+    "kalypso-unwindowed": ("cache-aware:unbounded", ON),
 }
 EXPLICIT_PINNING = ("kalypso-pinned",)
 """Systems run with explicit pins (soft pins for held conversations and warm-ups); the

@@ -82,9 +82,12 @@ async def test_debate_rounds_find_more_of_their_first_round_when_it_is_held_soft
     """Each first-round answer is soft-pinned while the other agents' first rounds
     finish: under LRU alone (virtual pinning) other calls' blocks evict it first. The
     soft pins give way when a call cannot get its blocks, so holding never costs a call
-    its place; on 44 blocks most of them must (the minimum is 4,242 tokens), on 96 few."""
-    (virtual,), _ = await _run("debate", num_blocks, policy="cache-aware")
-    (held,), left = await _run("debate", num_blocks, policy="cache-aware", pinning="explicit")
+    its place; on 44 blocks most of them must (the minimum is 4,242 tokens), on 96 few.
+    Without the instance window, whose effect on the same loss
+    ``tests/workflow/test_instance_window.py`` measures."""
+    policy = "cache-aware:unbounded"
+    (virtual,), _ = await _run("debate", num_blocks, policy=policy)
+    (held,), left = await _run("debate", num_blocks, policy=policy, pinning="explicit")
     assert held.outputs.equals(virtual.outputs) and left == 0
     assert virtual.min_prefill_tokens == held.min_prefill_tokens == 4242
     assert virtual.prefill_tokens == virtual_prefill_tokens

@@ -215,6 +215,24 @@ class TaskGraph:
             ancestors[node.node_id] = found
         return {n.node_id: ancestors[n.node_id] for n in self.nodes if isinstance(n, LLMNode)}
 
+    def tight_continuations(self) -> dict[str, str]:
+        """The LLM nodes that continue another's conversation (``continue_from``) and
+        wait for nothing that waits for it: each one's other LLM inputs can run beside the
+        call it continues (a debate's next round reads the other agents' answers), so the
+        conversation is needed again as soon as they are done. Node id -> the node it
+        continues. A reflection's final answer is not one: it waits for critics that read
+        the analyst's answer first."""
+        ancestors = self.llm_ancestors()
+        tight: dict[str, str] = {}
+        for node in self.nodes:
+            if not isinstance(node, LLMNode) or node.continue_from is None:
+                continue
+            producer = node.continue_from
+            others = ancestors[node.node_id] - {producer}
+            if not any(producer in ancestors[other] for other in others):
+                tight[node.node_id] = producer
+        return tight
+
     def longest_chain_tokens(self, outputs: Mapping[str, CallOutcome]) -> int:
         """The most tokens one chain of dependent LLM calls generated for an instance whose
         calls produced ``outputs`` (by node id; a call that did not run, or that the

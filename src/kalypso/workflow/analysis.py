@@ -4,7 +4,8 @@ Table 5).
 
 Static parts and message boundaries are the model's real token ids; an input slot is the
 value's real tokens; another call's answer is ``out_tokens`` placeholder tokens unique to
-that call and query (its text is unknown before it runs).
+that call and query (its text is unknown before it runs); a Python step's value, unknown
+too, is what its slot knows of it before it runs (``partial_ids``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ def call_costs(
                         prompt.extend(("slot", source, instance.key, k) for k in range(length))
                     else:
                         assert isinstance(part, Slot)
-                        prompt.extend(part.source.ids(instance, layout))
+                        source_of = part.source  # a Python step's value is known only later
+                        ready = source_of.ready(instance)
+                        ids = source_of.ids if ready else source_of.partial_ids
+                        prompt.extend(ids(instance, layout))
             prompt.extend(bounds[-1])
             preds = tuple(index[(d, instance.key)] for d in sorted(deps[node.node_id]))
             calls.append(

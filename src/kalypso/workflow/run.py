@@ -16,19 +16,22 @@ from kalypso.core.bounds import BoundPolicy
 from kalypso.core.dataflow import FlowPlan, root_programs
 from kalypso.core.errors import PlanError, QueryError, TaskFailed
 from kalypso.core.estimator import TokenBoundEstimator
-from kalypso.core.graph import LLMNode
+from kalypso.core.graph import LLMNode, Node
 from kalypso.core.instance import Instance
+from kalypso.core.instance_window import InstancePeak, instance_peak, llm_levels
 from kalypso.core.ledger import KVLedger
 from kalypso.core.memory_bound import block_steps, held_blocks, least_decode_steps
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import PlanInfo
 from kalypso.core.progress import ProgressView
+from kalypso.core.prompt import ChatLayout
 from kalypso.core.report import PipelineReport
 from kalypso.core.result_cache import CacheStats, PromptResultCache
 from kalypso.core.runner import PipelineRunner, RunState
 from kalypso.core.stats import OperatorStats, RunTotals, stats_frame
 from kalypso.core.warm import Warmer, WarmReport
 from kalypso.engine.protocol import Engine
+from kalypso.workflow.analysis import call_costs
 from kalypso.workflow.dsl import Workflow
 from kalypso.workflow.lower import Lowered, lower
 from kalypso.workflow.optimize import Rewrites
@@ -145,6 +148,29 @@ def batch_instances(
     return instances
 
 
+PEAK_SAMPLE_INSTANCES = 4
+"""Instances whose calls measure an instance's peak working set."""
+
+
+def measure_instance_peak(
+    lowered: Lowered, instances: Sequence[Instance], layout: ChatLayout, block_size_tokens: int
+) -> InstancePeak | None:
+    """An instance's largest working set at one dependency level
+    (:func:`~kalypso.core.instance_window.instance_peak`), the most over the first
+    :data:`PEAK_SAMPLE_INSTANCES` instances; None when no call continues a conversation
+    tightly (no window would use it). Answers count at their cap; a Python step's output
+    counts what its slot knows before it runs, which can only make the window larger."""
+    if not lowered.graph.tight_continuations():
+        return None
+
+    def out_tokens(node: Node) -> int:
+        return node.max_tokens if isinstance(node, LLMNode) else 0
+
+    calls, sites = call_costs(lowered, instances[:PEAK_SAMPLE_INSTANCES], layout, out_tokens)
+    levels = llm_levels(lowered.graph.llm_ancestors())
+    return instance_peak(calls, sites, levels, block_size_tokens)
+
+
 async def arun(
     workflows: Workflow | Sequence[Workflow],
     engine: Engine,
@@ -198,11 +224,16 @@ async def arun(
     logger.info(
         "workflow %s: %d queries, policy %s, on %s", owner, len(instances), policy.name, engine.name
     )
+    capacity = engine.capacity
     info = PlanInfo(
         lowered.graph,
         [i.key for i in instances],
         state.layout,
-        engine.capacity.block_size_tokens,
+        capacity.block_size_tokens,
+        capacity=capacity,
+        instance_peak=measure_instance_peak(
+            lowered, instances, state.layout, capacity.block_size_tokens
+        ),
     )
     runner = PipelineRunner(state, plan.num_stages, plan=info)
     programs = root_programs(plan, instances, state.program_context())

@@ -31,7 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kalypso.core.instance_window import InstancePeak
 from kalypso.core.memory import StageBudgets
+from kalypso.engine.protocol import EngineCapacity
 
 
 class PolicyError(ValueError):
@@ -68,12 +70,17 @@ class RunInfo:
 class PlanInfo:
     """The run a ranked policy prepares for: the task graph (``object`` here, so that
     policies may read any front end's graph), its instances' keys, and the chat layout
-    (to measure prompts in tokens)."""
+    (to measure prompts in tokens). ``capacity`` is the engine's KV cache and
+    ``instance_peak`` an instance's largest working set at one dependency level
+    (:func:`kalypso.core.instance_window.instance_peak`), when the front end measured
+    them."""
 
     graph: object
     instance_keys: Sequence[tuple[int, ...]]
     layout: object
     block_size_tokens: int
+    capacity: EngineCapacity | None = None
+    instance_peak: InstancePeak | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,12 @@ admitted in that order while the KV ledger has room (the core's memory-aware adm
 decides how many run at once; no per-stage budgets). Calls become ready only when their
 inputs exist, so the order is a soft one, as in the paper: a call whose turn has come
 but is not ready lets the next ones through.
+
+When the graph has tight continuations (a debate's next round), a new instance starts
+only while fewer than a window of instances are in flight
+(:mod:`kalypso.core.instance_window`), so that the conversations they continue stay
+cached. ``cache-aware:N`` sets the window to ``N`` instances, ``cache-aware:unbounded``
+turns it off.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from kalypso.core.graph import LLMNode, TaskGraph
+from kalypso.core.instance_window import InstanceWindow
 from kalypso.core.policies.base import (
     PlanInfo,
     Policy,
     PolicyError,
+    RunInfo,
     TaskInfo,
-    no_argument,
     register_policy,
 )
 from kalypso.core.prompt import ChatLayout
@@ -125,10 +132,16 @@ class CacheAware(Policy):
     ranked = True
     holds_continued_prefixes = True
 
-    def __init__(self) -> None:
+    def __init__(self, window_instances: int | None = None, *, windowed: bool = True) -> None:
+        """``window_instances`` fixes the window; None sizes it from the plan, and
+        ``windowed=False`` runs without one."""
         self.position: dict[str, int] = {}
         self.group: dict[str, int] = {}
         self.tree: TemplatedRadixTree | None = None
+        self.window_instances = window_instances
+        self.windowed = windowed
+        self.window = InstanceWindow(None, "not prepared")
+        self._started: set[tuple[int, ...]] = set()
 
     def initial_budgets(self, capacity_blocks: int, min_blocks: Sequence[int]) -> list[int]:
         return [max(capacity_blocks, m) for m in min_blocks]  # the ledger alone bounds
@@ -141,15 +154,45 @@ class CacheAware(Policy):
         self.tree = TemplatedRadixTree.of(nodes, layout)
         order, self.group = operator_order(self.tree, graph.llm_ancestors())
         self.position = {op: i for i, op in enumerate(order)}
+        self.window = self._window(plan, graph)
+        self._started = set()
+
+    def _window(self, plan: PlanInfo, graph: TaskGraph) -> InstanceWindow:
+        if not self.windowed:
+            return InstanceWindow(None, "turned off")
+        if self.window_instances is not None:
+            return InstanceWindow(self.window_instances, "set")
+        if not graph.tight_continuations():
+            return InstanceWindow(None, "no tight continuation")
+        if plan.capacity is None or plan.instance_peak is None:
+            return InstanceWindow(None, "sizes not measured")
+        capacity = plan.capacity
+        return InstanceWindow.sized(
+            capacity.num_blocks, plan.instance_peak, capacity.max_running_requests
+        )
 
     def rank(self, task: TaskInfo) -> tuple[Any, ...]:
         if task.op not in self.position:  # a root task: run at once
             return (-1, task.key, 0)
         return (self.group[task.op], task.key, self.position[task.op])
 
+    def gate(self, task: TaskInfo, run: RunInfo) -> bool:
+        """A call of a new instance waits while the window is full: an instance is in
+        flight from its first call's start until it is finished. It never waits when no
+        instance in flight has a call running (none could free its place; an instance
+        that ends without an output would otherwise hold one for good)."""
+        if self.window.instances is None or task.op not in self.position:
+            return True
+        running = {t.key for t in run.running if t.op in self.position}
+        self._started |= running
+        self._started -= run.finished
+        if not running & self._started:
+            return True
+        return self.window.admits(self._started, task.key)
+
     def explain(self) -> str:
         order = sorted(self.position, key=self.position.__getitem__)
-        lines = ["cache-aware order (inner sequence: operators):"]
+        lines = [self.window.describe(), "cache-aware order (inner sequence: operators):"]
         current = -1
         for op in order:
             if self.group[op] != current:
@@ -160,8 +203,15 @@ class CacheAware(Policy):
 
 
 def _factory(argument: str | None) -> Policy:
-    no_argument("cache-aware", argument)
-    return CacheAware()
+    if argument is None:
+        return CacheAware()
+    if argument == "unbounded":
+        return CacheAware(windowed=False)
+    if not argument.isdigit() or int(argument) < 1:
+        raise PolicyError(
+            f"cache-aware takes a window of at least 1 instance or 'unbounded', got {argument!r}"
+        )
+    return CacheAware(int(argument))
 
 
 register_policy("cache-aware", _factory, aliases=("helium",))
