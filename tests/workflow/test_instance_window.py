@@ -4,43 +4,23 @@ workflows without tight continuations run as before."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from kalypso.core.instance_window import InstancePeak
 from kalypso.core.policies import PlanInfo, PolicyError, RunInfo, TaskInfo, get_policy
 from kalypso.core.prompt import ChatLayout
-from kalypso.engine.open import EngineSpec, open_engine
 from kalypso.engine.protocol import EngineCapacity
 from kalypso.engine.sim import WordTokenizer
 from kalypso.workflow.library import workload
 from kalypso.workflow.lower import lower
-from kalypso.workflow.run import WorkflowResult, arun
+from kalypso.workflow.run import WorkflowResult
+from tests.workflow.real_size import run_days
 
 
 async def _run(name: str, num_blocks: int, policy: str) -> WorkflowResult:
-    """The last day of workflow ``name`` (small) on a simulator of ``num_blocks`` blocks
-    of 32 tokens and 16 sequences, the earlier days run first on the same engine."""
-    engine = await open_engine(
-        EngineSpec(
-            kind="sim",
-            sim_profile="smollm2-cpu-f32",
-            sim_blocks=num_blocks,
-            sim_block_size_tokens=32,
-            sim_max_num_seqs=16,
-        )
-    )
-    try:
-        job = workload(name, "small")
-        result = None
-        for flow, inputs in zip(job.workflows, job.inputs, strict=True):
-            run = arun(flow, engine, inputs, system_prompt="", policy=policy)
-            result = await asyncio.wait_for(run, timeout=120)
-        assert result is not None
-        return result
-    finally:
-        await engine.close()
+    """The last day of workflow ``name`` (small), the earlier days run first."""
+    results, _ = await run_days(name, num_blocks, policy=policy)
+    return results[-1]
 
 
 @pytest.mark.parametrize(("num_blocks", "unwindowed_prefill_tokens"), [(44, 5490), (96, 4850)])

@@ -7,17 +7,12 @@ from __future__ import annotations
 import asyncio
 
 from kalypso.core.result_cache import PromptResultCache
-from kalypso.engine.open import EngineSpec, open_engine
+from kalypso.engine.open import open_engine
 from kalypso.workflow.library import workload
 from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
+from tests.workflow.real_size import real_size_sim
 
-SIM = EngineSpec(
-    kind="sim",
-    sim_profile="smollm2-cpu-f32",
-    sim_blocks=44,
-    sim_block_size_tokens=32,
-    sim_max_num_seqs=16,
-)
+SIM = real_size_sim()
 
 
 async def _days(name: str, policy: str) -> list[WorkflowResult]:

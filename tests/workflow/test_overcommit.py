@@ -14,20 +14,15 @@ import pytest
 from kalypso.core.errors import QueryError
 from kalypso.core.ledger import KVLedger
 from kalypso.core.runner import RunState
-from kalypso.engine.open import EngineSpec, open_engine
+from kalypso.engine.open import open_engine
 from kalypso.engine.protocol import Engine, EngineError, GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine
 from kalypso.workflow.library import workload
 from kalypso.workflow.run import WorkflowResult, arun
+from tests.workflow.real_size import real_size_sim
 
 NUM_BLOCKS = 44
-SIM = EngineSpec(
-    kind="sim",
-    sim_profile="smollm2-cpu-f32",
-    sim_blocks=NUM_BLOCKS,
-    sim_block_size_tokens=32,
-    sim_max_num_seqs=16,
-)
+SIM = real_size_sim(NUM_BLOCKS)
 
 
 def _run_iterative(engine: Engine, kv_overcommit: float) -> Coroutine[Any, Any, WorkflowResult]:

@@ -12,36 +12,13 @@ from kalypso import KVLedger, QueryError
 from kalypso import workflow as wf
 from kalypso.core.errors import PlanError
 from kalypso.core.memory import MemoryManager, TaskMemory
-from kalypso.engine.open import EngineSpec, open_engine
 from kalypso.engine.protocol import EngineError, GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine
 from kalypso.workflow.library import workload
-from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
+from kalypso.workflow.run import WorkflowOptions, arun
+from tests.workflow.real_size import run_days
 
-
-async def _run(
-    name: str, num_blocks: int = 44, **options: object
-) -> tuple[list[WorkflowResult], int]:
-    """Every day of workflow ``name`` (small) on one simulator, by default of 44 blocks
-    (the real runs' KV size); returns the results and the blocks still pinned at the end."""
-    engine = await open_engine(
-        EngineSpec(
-            kind="sim",
-            sim_profile="smollm2-cpu-f32",
-            sim_blocks=num_blocks,
-            sim_block_size_tokens=32,
-            sim_max_num_seqs=16,
-        )
-    )
-    try:
-        job = workload(name, "small")
-        results = []
-        for flow, inputs in zip(job.workflows, job.inputs, strict=True):
-            run = arun(flow, engine, inputs, system_prompt="", **options)
-            results.append(await asyncio.wait_for(run, timeout=120))
-        return results, engine.block_pool.num_pinned_blocks  # type: ignore[attr-defined]
-    finally:
-        await engine.close()
+_run = run_days
 
 
 @pytest.mark.parametrize(
