@@ -91,6 +91,27 @@ KV_OVERCOMMIT = {"kalypso-overcommit": 1.25}
 others reserve at most what the cache holds."""
 DEFAULT_SYSTEMS = (*SYSTEMS, "langgraph")
 EXTERNAL = ("langgraph",)
+WINDOWED = "kalypso:"
+"""``kalypso:N``: Kalypso with the instance window set to N queries (``cache-aware:N``)."""
+
+
+def system_policy(system: str) -> tuple[str, WorkflowOptions]:
+    """The policy and switches a Kalypso-run system names."""
+    if system.startswith(WINDOWED):
+        return f"cache-aware:{system.removeprefix(WINDOWED)}", ON
+    return SYSTEMS[system]
+
+
+def is_system(system: str) -> bool:
+    """Whether ``system`` names a system: a known one, or ``kalypso:N`` with N >= 1."""
+    window = system.removeprefix(WINDOWED)
+    return (
+        system in SYSTEMS
+        or system in EXTERNAL
+        or (system.startswith(WINDOWED) and window.isdigit() and int(window) >= 1)
+    )
+
+
 LANGGRAPH_PYTHON = Path(".venv-langgraph/bin/python")
 RUNNER = Path(__file__).resolve().parent / "external" / "langgraph_runner.py"
 
@@ -167,7 +188,7 @@ class SystemRun:
 
 async def run_system(engine: Engine, job: Workload, system: str) -> SystemRun:
     """One system on ``job``, every day of it, the last timed."""
-    policy, switches = SYSTEMS[system]
+    policy, switches = system_policy(system)
     pinning = "explicit" if system in EXPLICIT_PINNING else "virtual"
     options = RunOptions(
         policy=policy,
@@ -449,9 +470,11 @@ def engine_spec(
 async def main_async(args: argparse.Namespace) -> list[WorkflowRecord]:
     names = list(BUILDERS) if args.workflows == "all" else args.workflows.split(",")
     systems = [s for s in args.systems.split(",") if s]
-    unknown = [s for s in systems if s not in SYSTEMS and s not in EXTERNAL]
+    unknown = [s for s in systems if not is_system(s)]
     if unknown:
-        raise SystemExit(f"unknown systems {unknown}; known: {list(SYSTEMS)}")
+        raise SystemExit(
+            f"unknown systems {unknown}; known: {[*SYSTEMS, *EXTERNAL]} and {WINDOWED}N"
+        )
     if "kalypso" in systems:
         systems.remove("kalypso")
         systems.insert(0, "kalypso")

@@ -325,6 +325,21 @@ def test_workflow_bench_sets_the_simulators_answer_lengths() -> None:
             parser.parse_args(["--engine", "sim", "--sim-output-tokens", bad])
 
 
+def test_workflow_bench_runs_kalypso_with_a_window_of_n_queries() -> None:
+    import asyncio
+
+    from bench.workflow_bench import build_parser, is_system, main_async, system_policy
+
+    assert system_policy("kalypso:3")[0] == "cache-aware:3"
+    assert system_policy("kalypso-unwindowed")[0] == "cache-aware:unbounded"
+    assert is_system("kalypso:1") and is_system("langgraph") and is_system("kalypso")
+    for bad in ("kalypso:0", "kalypso:x", "kalypso:", "kalypso:-2", "nope"):
+        assert not is_system(bad)
+    args = build_parser().parse_args(["--engine", "sim", "--systems", "kalypso,kalypso:0"])
+    with pytest.raises(SystemExit, match="kalypso:N"):
+        asyncio.run(main_async(args))
+
+
 @pytest.mark.parametrize(
     ("flags", "engines"),
     [
