@@ -53,9 +53,9 @@ def call_costs(
                         prompt.extend(("slot", source, instance.key, k) for k in range(length))
                     else:
                         assert isinstance(part, Slot)
-                        source_of = part.source  # a Python step's value is known only later
-                        ready = source_of.ready(instance)
-                        ids = source_of.ids if ready else source_of.partial_ids
+                        slot_source = part.source  # a Python step's value comes later
+                        ready = slot_source.ready(instance)
+                        ids = slot_source.ids if ready else slot_source.partial_ids
                         prompt.extend(ids(instance, layout))
             prompt.extend(bounds[-1])
             preds = tuple(index[(d, instance.key)] for d in sorted(deps[node.node_id]))

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kalypso.core.graph import LLMNode, TaskGraph
-from kalypso.core.instance_window import InstanceWindow
+from kalypso.core.instance_window import InstanceWindow, llm_levels
 from kalypso.core.policies.base import (
     PlanInfo,
     Policy,
@@ -75,9 +75,7 @@ def operator_order(
 
     order: list[str] = []
     emitted: set[str] = set()
-    level = {op: 0 for op in deps}
-    for op in sorted(deps, key=lambda o: len(deps[o])):  # ancestors have fewer ancestors
-        level[op] = 1 + max((level[a] for a in deps[op]), default=-1)
+    level = llm_levels(deps)
 
     def walk(node: TreeNode) -> None:
         for op in sorted(node.leaves):
