@@ -57,6 +57,7 @@ from bench.engine_steps import runs_path
 from bench.external_run import ExternalRun, runner_env
 from bench.host import describe_host
 from kalypso.core.options import RunOptions
+from kalypso.core.policies import PolicyError, get_policy
 from kalypso.core.result_cache import PromptResultCache
 from kalypso.engine.open import EngineSpec, open_engine
 from kalypso.engine.protocol import Engine
@@ -103,13 +104,17 @@ def system_policy(system: str) -> tuple[str, WorkflowOptions]:
 
 
 def is_system(system: str) -> bool:
-    """Whether ``system`` names a system: a known one, or ``kalypso:N`` with N >= 1."""
-    window = system.removeprefix(WINDOWED)
-    return (
-        system in SYSTEMS
-        or system in EXTERNAL
-        or (system.startswith(WINDOWED) and window.isdigit() and int(window) >= 1)
-    )
+    """Whether ``system`` names a system: a known one, or ``kalypso:N`` whose
+    ``cache-aware:N`` the policy accepts."""
+    if system in SYSTEMS or system in EXTERNAL:
+        return True
+    if not system.startswith(WINDOWED):
+        return False
+    try:
+        get_policy(system_policy(system)[0])
+    except PolicyError:
+        return False
+    return True
 
 
 LANGGRAPH_PYTHON = Path(".venv-langgraph/bin/python")

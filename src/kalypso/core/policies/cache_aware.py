@@ -140,6 +140,8 @@ class CacheAware(Policy):
         self.windowed = windowed
         self.window = InstanceWindow(None, "not prepared")
         self._started: set[tuple[int, ...]] = set()
+        self._running: set[tuple[int, ...]] = set()
+        self._seen_run: RunInfo | None = None
 
     def initial_budgets(self, capacity_blocks: int, min_blocks: Sequence[int]) -> list[int]:
         return [max(capacity_blocks, m) for m in min_blocks]  # the ledger alone bounds
@@ -153,7 +155,7 @@ class CacheAware(Policy):
         order, self.group = operator_order(self.tree, graph.llm_ancestors())
         self.position = {op: i for i, op in enumerate(order)}
         self.window = self._window(plan, graph)
-        self._started = set()
+        self._started, self._running, self._seen_run = set(), set(), None
 
     def _window(self, plan: PlanInfo, graph: TaskGraph) -> InstanceWindow:
         if not self.windowed:
@@ -181,10 +183,12 @@ class CacheAware(Policy):
         that ends without an output would otherwise hold one for good)."""
         if self.window.instances is None or task.op not in self.position:
             return True
-        running = {t.key for t in run.running if t.op in self.position}
-        self._started |= running
-        self._started -= run.finished
-        if not running & self._started:
+        if run is not self._seen_run:  # the scheduler asks of every waiting call per state
+            self._seen_run = run
+            self._running = {t.key for t in run.running if t.op in self.position}
+            self._started |= self._running
+            self._started -= run.finished
+        if not self._running & self._started:
             return True
         return self.window.admits(self._started, task.key)
 
