@@ -4,16 +4,19 @@ workflows without tight continuations run as before."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from kalypso import KVLedger, QueryError
 from kalypso.core.instance_window import InstancePeak
 from kalypso.core.policies import PlanInfo, PolicyError, RunInfo, TaskInfo, get_policy
 from kalypso.core.prompt import ChatLayout
-from kalypso.engine.protocol import EngineCapacity
-from kalypso.engine.sim import WordTokenizer
+from kalypso.engine.protocol import EngineCapacity, EngineError, GenerateRequest, GenerateResult
+from kalypso.engine.sim import SimEngine, WordTokenizer
 from kalypso.workflow.library import workload
 from kalypso.workflow.lower import lower
-from kalypso.workflow.run import WorkflowResult
+from kalypso.workflow.run import WorkflowResult, arun
 from tests.workflow.real_size import run_days
 
 
@@ -123,3 +126,80 @@ def test_the_gate_never_holds_a_query_when_nothing_in_flight_is_running() -> Non
     started = RunInfo({}, frozenset(), [TaskInfo(0, 0, (0,), "agent0_r0")])
     assert not policy.gate(TaskInfo(1, 0, (1,), "agent0_r0"), started)
     assert policy.gate(TaskInfo(1, 0, (1,), "agent0_r0"), RunInfo({}, frozenset(), []))
+
+
+class _Faulty(SimEngine):
+    """Fails, or never answers, query 2's second round: a query that started only once
+    the window of 2 had room again."""
+
+    def __init__(self, fault: str) -> None:
+        super().__init__("smollm2-cpu-f32", num_blocks=44, block_size_tokens=32, max_num_seqs=16)
+        self.fault = fault
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        _, op, where, _ = request.request_id.split(":")
+        if (op, where) == ("agent0_r1", "2") and self.fault != "none":
+            if self.fault == "hang":
+                await asyncio.sleep(3600)
+            raise EngineError("injected failure")
+        return await super().generate(request)
+
+
+async def _assert_released(engine: SimEngine, ledger: KVLedger) -> None:
+    assert ledger.reserved_blocks == 0 and ledger.running_tasks == 0
+    assert ledger.owners == frozenset()
+    stats = await engine.stats()
+    assert (stats.running_requests, stats.waiting_requests) == (0, 0)
+
+
+@pytest.mark.parametrize("fault", ["fail", "hang"])
+async def test_a_windowed_run_that_fails_or_hangs_releases_everything(fault: str) -> None:
+    """The window holds nothing itself: a call that fails, or outlives its timeout, fails
+    the run with the site named, and the ledger and the engine are left empty; the same
+    engine then runs Debate again with the same outputs as a fresh one."""
+    engine = _Faulty(fault)
+    ledger = KVLedger(engine.capacity.num_blocks)
+    job = workload("debate", "small")
+    try:
+        with pytest.raises(QueryError) as failure:
+            await asyncio.wait_for(
+                arun(
+                    job.workflows[0],
+                    engine,
+                    job.inputs[0],
+                    ledger=ledger,
+                    system_prompt="",
+                    call_timeout_s=5.0,
+                ),
+                120,
+            )
+        assert (failure.value.op_id, failure.value.key) == ("agent0_r1", (2,))
+        await _assert_released(engine, ledger)
+        engine.fault = "none"
+        again = await arun(job.workflows[0], engine, job.inputs[0], system_prompt="")
+        fresh = await _run("debate", 44, "cache-aware")
+        assert again.outputs.equals(fresh.outputs)
+    finally:
+        await engine.close()
+
+
+async def test_a_cancelled_windowed_run_releases_everything() -> None:
+    """Cancelled while queries wait behind the full window: nothing stays reserved."""
+    engine = SimEngine("smollm2-cpu-f32", num_blocks=44, block_size_tokens=32, max_num_seqs=16)
+    ledger = KVLedger(engine.capacity.num_blocks)
+    job = workload("debate", "small")
+    run = asyncio.ensure_future(
+        arun(job.workflows[0], engine, job.inputs[0], ledger=ledger, system_prompt="")
+    )
+    try:
+        for _ in range(100_000):  # bounded: the simulator needs no wall time
+            if ledger.running_tasks >= 4 or run.done():
+                break
+            await asyncio.sleep(0)
+        assert not run.done() and ledger.running_tasks >= 4, "cancel mid-run"
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        await _assert_released(engine, ledger)
+    finally:
+        await engine.close()
