@@ -55,27 +55,27 @@ def test_peak_refuses_a_bad_block_size_unmatched_sites_and_no_calls() -> None:
 
 
 @pytest.mark.parametrize(
-    ("capacity_blocks", "peak", "instances"),
+    ("capacity_blocks", "peak", "groups"),
     [(44, 26, 2), (44, 22, 2), (44, 21, 3), (96, 26, 4), (44, 43, 2), (44, 44, None)],
 )
 def test_the_window_fills_the_cache_at_the_peak(
-    capacity_blocks: int, peak: int, instances: int | None
+    capacity_blocks: int, peak: int, groups: int | None
 ) -> None:
     window = InstanceWindow.sized(capacity_blocks, InstancePeak(peak, 3), 16)
-    assert window.instances == instances
-    assert InstanceWindow.sized(capacity_blocks, InstancePeak(peak, 3)).instances == instances
+    assert window.groups == groups
+    assert InstanceWindow.sized(capacity_blocks, InstancePeak(peak, 3)).groups == groups
 
 
 @pytest.mark.parametrize(
-    ("max_running_requests", "instances"), [(16, 2), (6, 2), (5, None), (1, None)]
+    ("max_running_requests", "groups"), [(16, 2), (6, 2), (5, None), (1, None)]
 )
 def test_no_window_when_the_engines_sequences_cannot_fill_the_cache(
-    max_running_requests: int, instances: int | None
+    max_running_requests: int, groups: int | None
 ) -> None:
     """A peak of 26 blocks over 3 calls: 5 sequences of such calls hold 26 * 5 // 3 = 43
     blocks of 44 (no window), 6 hold 52 (a window of ceil(44 / 26) = 2)."""
     window = InstanceWindow.sized(44, InstancePeak(26, 3), max_running_requests)
-    assert window.instances == instances
+    assert window.groups == groups
 
 
 @pytest.mark.parametrize(

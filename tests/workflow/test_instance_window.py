@@ -1,6 +1,6 @@
 """The instance window under the workflow front end, on the simulator at the real runs'
-size: Debate's next rounds find their conversations cached, with the same outputs, and
-workflows without tight continuations run as before."""
+size: Debate's next rounds and Trading's risk analysts find their conversations cached,
+with the same outputs, and workflows without conversation groups run as before."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from kalypso import KVLedger, QueryError
 from kalypso.core.instance_window import InstancePeak
-from kalypso.core.policies import PlanInfo, PolicyError, RunInfo, TaskInfo, get_policy
+from kalypso.core.policies import PlanInfo, Policy, PolicyError, RunInfo, TaskInfo, get_policy
+from kalypso.core.policies.cache_aware import CacheAware
 from kalypso.core.prompt import ChatLayout
 from kalypso.engine.protocol import EngineCapacity, EngineError, GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine, WordTokenizer
@@ -18,6 +19,8 @@ from kalypso.workflow.library import workload
 from kalypso.workflow.lower import lower
 from kalypso.workflow.run import WorkflowResult, arun
 from tests.workflow.real_size import run_days
+
+RISK = ("risky", "safe", "neutral")
 
 
 async def _run(name: str, num_blocks: int, policy: str) -> WorkflowResult:
@@ -41,10 +44,59 @@ async def test_debate_computes_its_minimum_prefill_with_the_window(
     assert unwindowed.prefill_tokens == unwindowed_prefill_tokens
 
 
-@pytest.mark.parametrize("name", ["mapred", "reflect", "iterative", "parallel", "trading"])
+async def test_tradings_risk_analysts_keep_their_conversations_with_the_window() -> None:
+    """Each trader's three risk analysts continue their own conversations and read each
+    other's: one conversation group per trader and query, peaking at 30 blocks. With a
+    window of 2 groups on 44 blocks, the second day computes 9,111 prefill tokens (the
+    minimum is 8,791) against 10,167 without it, with the same outputs."""
+    windowed = await _run("trading", 44, "cache-aware")
+    unwindowed = await _run("trading", 44, "cache-aware:unbounded")
+    assert windowed.outputs.equals(unwindowed.outputs)
+    assert windowed.min_prefill_tokens == unwindowed.min_prefill_tokens == 8791
+    assert (windowed.prefill_tokens, unwindowed.prefill_tokens) == (9111, 10167)
+
+
+@pytest.mark.parametrize(
+    ("name", "groups"),
+    [
+        ("debate", [{f"agent{i}_r{r}" for i in range(3) for r in range(2)}]),
+        (
+            "trading",
+            [
+                {"bull_r0", "bull_r1", "bear_r0", "bear_r1"},
+                *[{f"trader{t}_{who}_r{r}" for who in RISK for r in (0, 1)} for t in range(2)],
+            ],
+        ),
+        ("reflect", []),
+        ("mapred", []),
+    ],
+)
+def test_conversation_groups_tie_each_continuation_to_what_runs_beside_it(
+    name: str, groups: list[set[str]]
+) -> None:
+    """A debate's rounds are one group. A trading day has the bull and bear rounds and one
+    group per trader's risk analysts, not tied to the trader's decision they all read
+    (it runs before them). Reflect's final answer waits on critics that read the
+    analyst's answer: no group."""
+    graph = lower(list(workload(name, "small").workflows[-1:])).graph
+    assert [set(g) for g in graph.conversation_groups()] == groups
+
+
+def test_a_conversation_group_is_one_inner_sequence() -> None:
+    """Trading's risk analysts would otherwise form three sequences (their system prompts
+    differ), and every query's first round would run before any query's second."""
+    policy = _prepared("trading", "cache-aware", 2)
+    assert isinstance(policy, CacheAware)
+    for group in policy.groups:
+        assert len({policy.group[op] for op in group}) == 1
+    risk = {f"trader{t}_{who}_r{r}" for t in range(2) for who in RISK for r in (0, 1)}
+    assert {op for op, s in policy.group.items() if s == policy.group["trader0_risky_r0"]} == risk
+
+
+@pytest.mark.parametrize("name", ["mapred", "reflect", "iterative", "parallel"])
 async def test_workflows_without_a_window_run_as_before(name: str) -> None:
-    """No tight continuation (or, on Trading, an instance larger than the cache): the
-    automatic window is none, and the run computes exactly what it did without it."""
+    """No conversation group: the automatic window is none, and the run computes exactly
+    what it did without it."""
     auto = await _run(name, 44, "cache-aware")
     off = await _run(name, 44, "cache-aware:unbounded")
     assert auto.outputs.equals(off.outputs)
@@ -62,9 +114,9 @@ async def test_a_window_of_one_runs_one_query_at_a_time_with_the_same_outputs() 
 @pytest.mark.parametrize(
     ("policy", "capacity_blocks", "peak_blocks", "line"),
     [
-        ("cache-aware:2", None, None, "instance window: 2 in flight (set)"),
-        ("cache-aware", 44, 26, "2 in flight (an instance peaks at 26 blocks of the cache's 44)"),
-        ("cache-aware", 44, 50, "none (an instance peaks at 50 blocks, more than the cache's 44"),
+        ("cache-aware:2", None, None, "instance window: 2 conversation groups in flight (set)"),
+        ("cache-aware", 44, 26, "2 conversation groups in flight (a conversation group peaks"),
+        ("cache-aware", 44, 50, "none (a conversation group peaks at 50 blocks, more than"),
         ("cache-aware", None, None, "instance window: none (sizes not measured)"),
         ("cache-aware:unbounded", 44, 26, "instance window: none (turned off)"),
     ],
@@ -86,7 +138,7 @@ def test_reflect_has_no_window_its_final_answer_waits_on_the_critics() -> None:
     chosen = get_policy("cache-aware")
     capacity = EngineCapacity(44, 32, 2048, 16)
     chosen.prepare(PlanInfo(graph, [(0,)], ChatLayout(WordTokenizer()), 32, capacity))
-    assert "instance window: none (no tight continuation)" in chosen.explain()
+    assert "instance window: none (no conversation group)" in chosen.explain()
 
 
 @pytest.mark.parametrize("argument", ["0", "-1", "x", "2.5", ""])
@@ -95,37 +147,67 @@ def test_a_bad_window_is_refused(argument: str) -> None:
         get_policy(f"cache-aware:{argument}")
 
 
+def _prepared(name: str, policy_name: str, queries: int) -> Policy:
+    graph = lower(list(workload(name, "small").workflows[-1:])).graph
+    policy = get_policy(policy_name)
+    keys = [(q,) for q in range(queries)]
+    policy.prepare(PlanInfo(graph, keys, ChatLayout(WordTokenizer()), 32))
+    return policy
+
+
+def _call(op: str, key: tuple[int, ...]) -> TaskInfo:
+    return TaskInfo(0, 0, key, op)
+
+
 def test_the_gate_holds_new_queries_while_the_window_is_full() -> None:
-    """An instance is in flight from its first call's start until it is finished; its
-    later calls always pass, and a task that is not a call (a root) is never held."""
-    graph = lower(list(workload("debate", "small").workflows)).graph
-    policy = get_policy("cache-aware:2")
-    policy.prepare(PlanInfo(graph, [(0,), (1,), (2,)], ChatLayout(WordTokenizer()), 32))
-
-    def call(op: str, key: tuple[int, ...]) -> TaskInfo:
-        return TaskInfo(0, 0, key, op)
-
-    running = [call("agent0_r0", (0,)), call("agent1_r0", (1,))]
+    """A query's group is in flight from its first call's start until every call of the
+    group has completed; its later calls always pass, and a task that is not a call (a
+    root) is never held."""
+    policy = _prepared("debate", "cache-aware:2", 3)
+    running = [_call("agent0_r0", (0,)), _call("agent1_r0", (1,))]
     full = RunInfo({}, frozenset(), running)
-    assert not policy.gate(call("agent0_r0", (2,)), full)
-    assert policy.gate(call("agent2_r0", (1,)), full)
+    assert not policy.gate(_call("agent0_r0", (2,)), full)
+    assert policy.gate(_call("agent2_r0", (1,)), full)
     one_running = RunInfo({}, frozenset(), running[1:])
-    assert policy.gate(call("agent0_r1", (0,)), one_running)  # (0,) is still in flight
-    assert not policy.gate(call("agent0_r0", (2,)), one_running)
+    assert policy.gate(_call("agent0_r1", (0,)), one_running)  # (0,) is still in flight
+    assert not policy.gate(_call("agent0_r0", (2,)), one_running)
     assert policy.gate(TaskInfo(0, 0, (2,), "root"), full)
-    assert policy.gate(call("agent0_r0", (2,)), RunInfo({}, frozenset({(0,)}), running[1:]))
+    rounds = [f"agent{i}_r{r}" for i in range(3) for r in range(2)]
+    most_done = {op: {(0,)} for op in rounds[:-1]}
+    assert not policy.gate(
+        _call("agent0_r0", (2,)), RunInfo({}, frozenset(), running[1:], most_done)
+    )
+    all_done = {op: {(0,)} for op in rounds}
+    assert policy.gate(_call("agent0_r0", (2,)), RunInfo({}, frozenset(), running[1:], all_done))
+
+
+def test_the_gate_counts_groups_and_never_holds_calls_outside_them() -> None:
+    """Trading: each trader's risk analysts of each query are a group. Two groups of
+    query 0 fill a window of 2: a third group waits, whoever's it is, while the calls
+    outside the groups (a trader's decision, the judge) and the groups' own later calls
+    pass."""
+    policy = _prepared("trading", "cache-aware:2", 3)
+    running = [_call("trader0_risky_r0", (0,)), _call("trader1_safe_r0", (0,))]
+    full = RunInfo({}, frozenset(), running)
+    assert not policy.gate(_call("trader0_risky_r0", (1,)), full)
+    assert not policy.gate(_call("bull_r0", (0,)), full)
+    assert policy.gate(_call("trader0_neutral_r0", (0,)), full)
+    assert policy.gate(_call("trader1_risky_r1", (0,)), full)
+    assert policy.gate(_call("trader0", (1,)), full)
+    assert policy.gate(_call("trader0_judge", (1,)), full)
+    trader1 = {f"trader1_{who}_r{r}" for who in RISK for r in (0, 1)}
+    done = RunInfo({}, frozenset(), running[:1], {op: {(0,)} for op in trader1})
+    assert policy.gate(_call("trader0_risky_r0", (1,)), done)
 
 
 def test_the_gate_never_holds_a_query_when_nothing_in_flight_is_running() -> None:
-    """An instance that started and will never finish (its calls ended without an
-    output) must not hold a place for good: with nothing of the window running, a new
-    query passes."""
-    graph = lower(list(workload("debate", "small").workflows)).graph
-    policy = get_policy("cache-aware:1")
-    policy.prepare(PlanInfo(graph, [(0,), (1,)], ChatLayout(WordTokenizer()), 32))
-    started = RunInfo({}, frozenset(), [TaskInfo(0, 0, (0,), "agent0_r0")])
-    assert not policy.gate(TaskInfo(1, 0, (1,), "agent0_r0"), started)
-    assert policy.gate(TaskInfo(1, 0, (1,), "agent0_r0"), RunInfo({}, frozenset(), []))
+    """A group that started and will never finish (its calls ended without an output)
+    must not hold a place for good: with nothing of the window running, a new query
+    passes."""
+    policy = _prepared("debate", "cache-aware:1", 2)
+    started = RunInfo({}, frozenset(), [_call("agent0_r0", (0,))])
+    assert not policy.gate(_call("agent0_r0", (1,)), started)
+    assert policy.gate(_call("agent0_r0", (1,)), RunInfo({}, frozenset(), []))
 
 
 class _Faulty(SimEngine):

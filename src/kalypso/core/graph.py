@@ -233,6 +233,32 @@ class TaskGraph:
                 tight[node.node_id] = producer
         return tight
 
+    def conversation_groups(self) -> list[frozenset[str]]:
+        """The LLM nodes that tight continuations tie together, one set per group: each
+        tight continuation with the call it continues and its other LLM inputs that can
+        run beside that call (neither its ancestors nor it); groups that share a node are
+        one. A debate's rounds are one group; a trading desk's bull and bear rounds are
+        another, and each trader's three risk analysts a third, since each continues its
+        own conversation and reads the other two. Ordered by each group's first node;
+        empty without tight continuations."""
+        ancestors = self.llm_ancestors()
+        parent: dict[str, str] = {}
+
+        def root(op: str) -> str:
+            while parent.setdefault(op, op) != op:
+                op = parent[op]
+            return op
+
+        for node_id, producer in self.tight_continuations().items():
+            beside = ancestors[node_id] - ancestors[producer] - {producer}
+            for other in (producer, *beside):
+                parent[root(other)] = root(node_id)
+        members: dict[str, set[str]] = {}
+        for node in self.nodes:
+            if node.node_id in parent:
+                members.setdefault(root(node.node_id), set()).add(node.node_id)
+        return [frozenset(group) for group in members.values()]
+
     def longest_chain_tokens(self, outputs: Mapping[str, CallOutcome]) -> int:
         """The most tokens one chain of dependent LLM calls generated for an instance whose
         calls produced ``outputs`` (by node id; a call that did not run, or that the

@@ -161,6 +161,8 @@ class SchedulerCore:
         self.done_per_stage = [0] * num_stages
         self.outputs: list[Instance] = []
         self.completed_per_op: dict[str, int] = {}
+        self.completed_keys: dict[str, set[tuple[int, ...]]] = {}
+        """Per operator, the instances whose task of it completed (ranked policies)."""
         self.report = PipelineReport(policy=policy.name)
         self.pinning = self.settings.explicit_pinning
         self.memory: MemoryManager | None = None
@@ -264,6 +266,7 @@ class SchedulerCore:
             completed=self.completed_per_op,
             finished=frozenset(i.key for i in self.outputs),
             running=[self.info(t) for t in self.running.values()],
+            completed_keys=self.completed_keys,
         )
 
     def _check_stuck(self) -> None:
@@ -408,6 +411,8 @@ class SchedulerCore:
         program = task.program
         op = program.op_key
         self.completed_per_op[op] = self.completed_per_op.get(op, 0) + 1
+        if self.policy.ranked:  # only ranked policies read it, and their tasks have keys
+            self.completed_keys.setdefault(op, set()).add(task.key)
         children = [
             self._new_task(child.stage_index, child, self._holder_of(child))
             for child in program.children()

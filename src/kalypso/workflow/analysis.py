@@ -109,7 +109,10 @@ def policy_order(
         answer_at = {i: clock.finish[i] + calls[i].out_tokens for i in order}
         answered = {i for i, t in answer_at.items() if t <= clock.now}
         unfinished = {keys[i][1] for i in range(len(calls)) if i not in answered}
-        run = RunInfo(Counter(keys[i][0] for i in answered), queries - unfinished, ())
+        done: dict[str, set[tuple[int, ...]]] = {}
+        for i in answered:
+            done.setdefault(keys[i][0], set()).add(keys[i][1])
+        run = RunInfo(Counter(keys[i][0] for i in answered), queries - unfinished, (), done)
         waiting = [
             i
             for i in range(len(calls))

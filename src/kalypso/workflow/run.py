@@ -155,20 +155,30 @@ PEAK_SAMPLE_INSTANCES = 4
 def measure_instance_peak(
     lowered: Lowered, instances: Sequence[Instance], layout: ChatLayout, block_size_tokens: int
 ) -> InstancePeak | None:
-    """An instance's largest working set at one dependency level
-    (:func:`~kalypso.core.instance_window.instance_peak`), the most over the first
-    :data:`PEAK_SAMPLE_INSTANCES` instances; None when no call continues a conversation
-    tightly (no window would use it). Answers count at their cap; a Python step's output
-    counts what its slot knows before it runs, which can only make the window larger."""
-    if not lowered.graph.tight_continuations():
+    """The largest working set of one instance's conversation group at one dependency
+    level (:func:`~kalypso.core.instance_window.instance_peak`, each group of each
+    instance apart; :meth:`~kalypso.core.graph.TaskGraph.conversation_groups`), the most
+    over the first :data:`PEAK_SAMPLE_INSTANCES` instances; None when no call continues a
+    conversation tightly (no window would use it). Answers count at their cap; a Python
+    step's output counts what its slot knows before it runs, which can only make the
+    window larger."""
+    groups = lowered.graph.conversation_groups()
+    if not groups:
         return None
+    group_of = {op: index for index, group in enumerate(groups) for op in group}
 
     def out_tokens(node: Node) -> int:
         return node.max_tokens if isinstance(node, LLMNode) else 0
 
     calls, sites = call_costs(lowered, instances[:PEAK_SAMPLE_INSTANCES], layout, out_tokens)
+    members = [i for i, (op, _) in enumerate(sites) if op in group_of]
     levels = llm_levels(lowered.graph.llm_ancestors())
-    return instance_peak(calls, sites, levels, block_size_tokens)
+    return instance_peak(
+        [calls[i] for i in members],
+        [(sites[i][0], (group_of[sites[i][0]], sites[i][1])) for i in members],
+        levels,
+        block_size_tokens,
+    )
 
 
 async def arun(

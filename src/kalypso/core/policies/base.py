@@ -27,8 +27,8 @@ Adding a policy is one module: subclass :class:`Policy`, then
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass, field
 from typing import Any
 
 from kalypso.core.instance_window import InstancePeak
@@ -59,11 +59,13 @@ class RunInfo:
         completed: tasks completed so far per operator.
         finished: instances whose whole run is done.
         running: the tasks running now.
+        completed_keys: per operator, the instances whose task of it has completed.
     """
 
     completed: Mapping[str, int]
     finished: frozenset[tuple[int, ...]]
     running: Sequence[TaskInfo]
+    completed_keys: Mapping[str, Set[tuple[int, ...]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,10 @@ over dependent calls would pay in full. The exception is a call that continues i
 producer's query-level prefix (a debate's next round extends the same conversation): it
 joins its producer's inner sequence, ranked right behind that query's earlier calls, so
 it runs while their prefix is still cached instead of after every other query has
-pushed it out of a small cache.
+pushed it out of a small cache. The calls of a conversation group
+(:meth:`~kalypso.core.graph.TaskGraph.conversation_groups`: three risk analysts, each
+continuing its own conversation and reading the other two) share one inner sequence,
+so a query's next round follows its first instead of waiting for every query's first.
 
 At run time every ready call is ranked ``(inner sequence, query, operator)`` and
 admitted in that order while the KV ledger has room (the core's memory-aware admission
@@ -24,16 +27,15 @@ decides how many run at once; no per-stage budgets). Calls become ready only whe
 inputs exist, so the order is a soft one, as in the paper: a call whose turn has come
 but is not ready lets the next ones through.
 
-When the graph has tight continuations (a debate's next round), a new instance starts
-only while fewer than a window of instances are in flight
-(:mod:`kalypso.core.instance_window`), so that the conversations they continue stay
-cached. ``cache-aware:N`` sets the window to ``N`` instances, ``cache-aware:unbounded``
-turns it off.
+When the graph has conversation groups, an instance's group starts only while fewer
+than a window of groups are in flight (:mod:`kalypso.core.instance_window`), so that
+the conversations they continue stay cached. ``cache-aware:N`` sets the window to ``N``
+groups, ``cache-aware:unbounded`` turns it off.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import Any
 
 from kalypso.core.graph import LLMNode, TaskGraph
@@ -51,9 +53,13 @@ from kalypso.core.trt import TemplatedRadixTree, TreeNode
 
 
 def operator_order(
-    trt: TemplatedRadixTree, deps: dict[str, set[str]]
+    trt: TemplatedRadixTree,
+    deps: dict[str, set[str]],
+    tied: Sequence[Set[str]] = (),
 ) -> tuple[list[str], dict[str, int]]:
-    """The operators in cache-aware order, and each one's inner-sequence index."""
+    """The operators in cache-aware order, and each one's inner-sequence index. The
+    inner sequences of each ``tied`` group's operators (a conversation group,
+    :meth:`~kalypso.core.graph.TaskGraph.conversation_groups`) are one."""
     dependents: dict[str, set[str]] = {op: set() for op in deps}
     for op, ancestors in deps.items():
         for ancestor in ancestors:
@@ -119,6 +125,20 @@ def operator_order(
             if continued
             else level[op] * len(order) + group_of[op]
         )
+    # a conversation group runs query by query as one sequence: a call that continues its
+    # own conversation and reads the others' answers needs the whole group's round done
+    merged: dict[int, int] = {}
+
+    def root(index: int) -> int:
+        while merged.get(index, index) != index:
+            index = merged[index]
+        return index
+
+    for group in tied:
+        roots = {root(sequence[op]) for op in group}
+        for r in roots:
+            merged[r] = min(roots)  # the earliest sequence of the group
+    sequence = {op: root(index) for op, index in sequence.items()}
     order.sort(key=lambda op: (sequence[op], level[op], -chain(op), emitted_at[op]))
     return order, sequence
 
@@ -130,17 +150,19 @@ class CacheAware(Policy):
     ranked = True
     holds_continued_prefixes = True
 
-    def __init__(self, window_instances: int | None = None, *, windowed: bool = True) -> None:
-        """``window_instances`` fixes the window; None sizes it from the plan, and
+    def __init__(self, window_groups: int | None = None, *, windowed: bool = True) -> None:
+        """``window_groups`` fixes the window; None sizes it from the plan, and
         ``windowed=False`` runs without one."""
         self.position: dict[str, int] = {}
         self.group: dict[str, int] = {}
         self.tree: TemplatedRadixTree | None = None
-        self.window_instances = window_instances
+        self.window_groups = window_groups
         self.windowed = windowed
         self.window = InstanceWindow(None, "not prepared")
-        self._started: set[tuple[int, ...]] = set()
-        self._running: set[tuple[int, ...]] = set()
+        self.groups: list[frozenset[str]] = []
+        self.group_of_op: dict[str, int] = {}
+        self._started: set[tuple[int, tuple[int, ...]]] = set()
+        self._running: set[tuple[int, tuple[int, ...]]] = set()
         self._seen_run: RunInfo | None = None
 
     def initial_budgets(self, capacity_blocks: int, min_blocks: Sequence[int]) -> list[int]:
@@ -152,7 +174,9 @@ class CacheAware(Policy):
             raise PolicyError("cache-aware scheduling needs a task graph and a chat layout")
         nodes = [n for n in graph.nodes if isinstance(n, LLMNode)]
         self.tree = TemplatedRadixTree.of(nodes, layout)
-        order, self.group = operator_order(self.tree, graph.llm_ancestors())
+        self.groups = graph.conversation_groups()
+        self.group_of_op = {op: index for index, group in enumerate(self.groups) for op in group}
+        order, self.group = operator_order(self.tree, graph.llm_ancestors(), self.groups)
         self.position = {op: i for i, op in enumerate(order)}
         self.window = self._window(plan, graph)
         self._started, self._running, self._seen_run = set(), set(), None
@@ -160,10 +184,10 @@ class CacheAware(Policy):
     def _window(self, plan: PlanInfo, graph: TaskGraph) -> InstanceWindow:
         if not self.windowed:
             return InstanceWindow(None, "turned off")
-        if self.window_instances is not None:
-            return InstanceWindow(self.window_instances, "set")
-        if not graph.tight_continuations():
-            return InstanceWindow(None, "no tight continuation")
+        if self.window_groups is not None:
+            return InstanceWindow(self.window_groups, "set")
+        if not self.groups:
+            return InstanceWindow(None, "no conversation group")
         if plan.capacity is None or plan.instance_peak is None:
             return InstanceWindow(None, "sizes not measured")
         capacity = plan.capacity
@@ -177,20 +201,27 @@ class CacheAware(Policy):
         return (self.group[task.op], task.key, self.position[task.op])
 
     def gate(self, task: TaskInfo, run: RunInfo) -> bool:
-        """A call of a new instance waits while the window is full: an instance is in
-        flight from its first call's start until it is finished. It never waits when no
-        instance in flight has a call running (none could free its place; an instance
-        that ends without an output would otherwise hold one for good)."""
-        if self.window.instances is None or task.op not in self.position:
+        """A call of a conversation group that an instance has not started waits while
+        the window is full: an instance's group is in flight from its first call's start
+        until every call of the group has completed. Calls outside the groups never wait,
+        and no call waits when no group in flight has a call running (none could free its
+        place; a group left unfinished would otherwise hold one for good)."""
+        group = self.group_of_op.get(task.op)
+        if self.window.groups is None or group is None:
             return True
         if run is not self._seen_run:  # the scheduler asks of every waiting call per state
             self._seen_run = run
-            self._running = {t.key for t in run.running if t.op in self.position}
-            self._started |= self._running
-            self._started -= run.finished
-        if not self._running & self._started:
+            self._running = {
+                (self.group_of_op[t.op], t.key) for t in run.running if t.op in self.group_of_op
+            }
+            self._started = {u for u in self._started | self._running if not self._done(u, run)}
+        if not self._running:
             return True
-        return self.window.admits(self._started, task.key)
+        return self.window.admits(self._started, (group, task.key))
+
+    def _done(self, unit: tuple[int, tuple[int, ...]], run: RunInfo) -> bool:
+        group, key = unit
+        return all(key in run.completed_keys.get(op, ()) for op in self.groups[group])
 
     def explain(self) -> str:
         order = sorted(self.position, key=self.position.__getitem__)
