@@ -88,9 +88,12 @@ def test_a_conversation_group_is_one_inner_sequence() -> None:
     policy = _prepared("trading", "cache-aware", 2)
     assert isinstance(policy, CacheAware)
     for group in policy.groups:
-        assert len({policy.group[op] for op in group}) == 1
+        assert len({policy.sequence_of[op] for op in group}) == 1
+    assert "  conversation group 0: bear_r0, bear_r1, bull_r0, bull_r1" in policy.explain()
     risk = {f"trader{t}_{who}_r{r}" for t in range(2) for who in RISK for r in (0, 1)}
-    assert {op for op, s in policy.group.items() if s == policy.group["trader0_risky_r0"]} == risk
+    assert {
+        op for op, s in policy.sequence_of.items() if s == policy.sequence_of["trader0_risky_r0"]
+    } == risk
 
 
 @pytest.mark.parametrize("name", ["mapred", "reflect", "iterative", "parallel"])
@@ -145,6 +148,12 @@ def test_reflect_has_no_window_its_final_answer_waits_on_the_critics() -> None:
 def test_a_bad_window_is_refused(argument: str) -> None:
     with pytest.raises(PolicyError, match="window of at least 1"):
         get_policy(f"cache-aware:{argument}")
+
+
+@pytest.mark.parametrize("window", [0, -2, "on", 2.5, None])
+def test_a_bad_window_is_refused_by_the_class_too(window: object) -> None:
+    with pytest.raises(PolicyError, match="window of at least 1 group, 'auto' or 'off'"):
+        CacheAware(window)  # type: ignore[arg-type]
 
 
 def _prepared(name: str, policy_name: str, queries: int) -> Policy:
@@ -211,16 +220,17 @@ def test_the_gate_never_holds_a_query_when_nothing_in_flight_is_running() -> Non
 
 
 class _Faulty(SimEngine):
-    """Fails, or never answers, query 2's second round: a query that started only once
-    the window of 2 had room again."""
+    """Fails, or never answers, the call ``site`` (by default query 2's second round in
+    Debate: a query that started only once the window of 2 had room again)."""
 
-    def __init__(self, fault: str) -> None:
+    def __init__(self, fault: str, site: tuple[str, str] = ("agent0_r1", "2")) -> None:
         super().__init__("smollm2-cpu-f32", num_blocks=44, block_size_tokens=32, max_num_seqs=16)
         self.fault = fault
+        self.site = site
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         _, op, where, _ = request.request_id.split(":")
-        if (op, where) == ("agent0_r1", "2") and self.fault != "none":
+        if (op, where) == self.site and self.fault != "none":
             if self.fault == "hang":
                 await asyncio.sleep(3600)
             raise EngineError("injected failure")
@@ -260,6 +270,34 @@ async def test_a_windowed_run_that_fails_or_hangs_releases_everything(fault: str
         engine.fault = "none"
         again = await arun(job.workflows[0], engine, job.inputs[0], system_prompt="")
         fresh = await _run("debate", 44, "cache-aware")
+        assert again.outputs.equals(fresh.outputs)
+    finally:
+        await engine.close()
+
+
+async def test_a_trading_risk_round_that_fails_releases_everything() -> None:
+    """Trading's window holds groups, not queries: the first query's risk analyst's
+    second round failing (the first group to reach its next round) fails the run with
+    its site named, leaves the ledger and the engine empty, and the same engine then
+    runs the day with the same outputs as a fresh one."""
+    engine = _Faulty("fail", ("trader0_risky_r1", "0"))
+    ledger = KVLedger(engine.capacity.num_blocks)
+    job = workload("trading", "small")
+    flow, inputs = job.workflows[-1], job.inputs[-1]
+    try:
+        with pytest.raises(QueryError) as failure:
+            await asyncio.wait_for(arun(flow, engine, inputs, ledger=ledger, system_prompt=""), 120)
+        assert (failure.value.op_id, failure.value.key) == ("trader0_risky_r1", (0,))
+        await _assert_released(engine, ledger)
+        engine.fault = "none"
+        again = await arun(flow, engine, inputs, system_prompt="")
+        fresh_engine = SimEngine(
+            "smollm2-cpu-f32", num_blocks=44, block_size_tokens=32, max_num_seqs=16
+        )
+        try:
+            fresh = await arun(flow, fresh_engine, inputs, system_prompt="")
+        finally:
+            await fresh_engine.close()
         assert again.outputs.equals(fresh.outputs)
     finally:
         await engine.close()

@@ -36,7 +36,7 @@ groups, ``cache-aware:unbounded`` turns it off.
 from __future__ import annotations
 
 from collections.abc import Sequence, Set
-from typing import Any
+from typing import Any, Literal
 
 from kalypso.core.graph import LLMNode, TaskGraph
 from kalypso.core.instance_window import InstanceWindow, llm_levels
@@ -150,14 +150,21 @@ class CacheAware(Policy):
     ranked = True
     holds_continued_prefixes = True
 
-    def __init__(self, window_groups: int | None = None, *, windowed: bool = True) -> None:
-        """``window_groups`` fixes the window; None sizes it from the plan, and
-        ``windowed=False`` runs without one."""
+    def __init__(self, window: int | Literal["auto", "off"] = "auto") -> None:
+        """``window``: a fixed number of conversation groups in flight, ``"auto"`` to size
+        it from the plan, or ``"off"``.
+
+        Raises:
+            PolicyError: a fixed window below 1.
+        """
+        if window not in ("auto", "off") and (not isinstance(window, int) or window < 1):
+            raise PolicyError(
+                f"cache-aware takes a window of at least 1 group, 'auto' or 'off', got {window!r}"
+            )
         self.position: dict[str, int] = {}
-        self.group: dict[str, int] = {}
+        self.sequence_of: dict[str, int] = {}
         self.tree: TemplatedRadixTree | None = None
-        self.window_groups = window_groups
-        self.windowed = windowed
+        self.window_setting = window
         self.window = InstanceWindow(None, "not prepared")
         self.groups: list[frozenset[str]] = []
         self.group_of_op: dict[str, int] = {}
@@ -176,16 +183,16 @@ class CacheAware(Policy):
         self.tree = TemplatedRadixTree.of(nodes, layout)
         self.groups = graph.conversation_groups()
         self.group_of_op = {op: index for index, group in enumerate(self.groups) for op in group}
-        order, self.group = operator_order(self.tree, graph.llm_ancestors(), self.groups)
+        order, self.sequence_of = operator_order(self.tree, graph.llm_ancestors(), self.groups)
         self.position = {op: i for i, op in enumerate(order)}
         self.window = self._window(plan, graph)
         self._started, self._running, self._seen_run = set(), set(), None
 
     def _window(self, plan: PlanInfo, graph: TaskGraph) -> InstanceWindow:
-        if not self.windowed:
+        if self.window_setting == "off":
             return InstanceWindow(None, "turned off")
-        if self.window_groups is not None:
-            return InstanceWindow(self.window_groups, "set")
+        if isinstance(self.window_setting, int):
+            return InstanceWindow(self.window_setting, "set")
         if not self.groups:
             return InstanceWindow(None, "no conversation group")
         if plan.capacity is None or plan.instance_peak is None:
@@ -198,7 +205,7 @@ class CacheAware(Policy):
     def rank(self, task: TaskInfo) -> tuple[Any, ...]:
         if task.op not in self.position:  # a root task: run at once
             return (-1, task.key, 0)
-        return (self.group[task.op], task.key, self.position[task.op])
+        return (self.sequence_of[task.op], task.key, self.position[task.op])
 
     def gate(self, task: TaskInfo, run: RunInfo) -> bool:
         """A call of a conversation group that an instance has not started waits while
@@ -225,11 +232,15 @@ class CacheAware(Policy):
 
     def explain(self) -> str:
         order = sorted(self.position, key=self.position.__getitem__)
-        lines = [self.window.describe(), "cache-aware order (inner sequence: operators):"]
+        lines = [self.window.describe()]
+        lines += [
+            f"  conversation group {i}: {', '.join(sorted(g))}" for i, g in enumerate(self.groups)
+        ]
+        lines.append("cache-aware order (inner sequence: operators):")
         current = -1
         for op in order:
-            if self.group[op] != current:
-                current = self.group[op]
+            if self.sequence_of[op] != current:
+                current = self.sequence_of[op]
                 lines.append(f"  sequence {current}:")
             lines.append(f"    {op}")
         return "\n".join(lines)
@@ -239,10 +250,10 @@ def _factory(argument: str | None) -> Policy:
     if argument is None:
         return CacheAware()
     if argument == "unbounded":
-        return CacheAware(windowed=False)
+        return CacheAware("off")
     if not argument.isdigit() or int(argument) < 1:
         raise PolicyError(
-            f"cache-aware takes a window of at least 1 instance or 'unbounded', got {argument!r}"
+            f"cache-aware takes a window of at least 1 group or 'unbounded', got {argument!r}"
         )
     return CacheAware(int(argument))
 
