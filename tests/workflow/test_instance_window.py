@@ -183,11 +183,9 @@ def test_the_gate_holds_new_queries_while_the_window_is_full() -> None:
     assert policy.gate(TaskInfo(0, 0, (2,), "root"), full)
     rounds = [f"agent{i}_r{r}" for i in range(3) for r in range(2)]
     most_done = {op: {(0,)} for op in rounds[:-1]}
-    assert not policy.gate(
-        _call("agent0_r0", (2,)), RunInfo({}, frozenset(), running[1:], most_done)
-    )
+    assert not policy.gate(_call("agent0_r0", (2,)), RunInfo(most_done, frozenset(), running[1:]))
     all_done = {op: {(0,)} for op in rounds}
-    assert policy.gate(_call("agent0_r0", (2,)), RunInfo({}, frozenset(), running[1:], all_done))
+    assert policy.gate(_call("agent0_r0", (2,)), RunInfo(all_done, frozenset(), running[1:]))
 
 
 def test_the_gate_counts_groups_and_never_holds_calls_outside_them() -> None:
@@ -205,7 +203,7 @@ def test_the_gate_counts_groups_and_never_holds_calls_outside_them() -> None:
     assert policy.gate(_call("trader0", (1,)), full)
     assert policy.gate(_call("trader0_judge", (1,)), full)
     trader1 = {f"trader1_{who}_r{r}" for who in RISK for r in (0, 1)}
-    done = RunInfo({}, frozenset(), running[:1], {op: {(0,)} for op in trader1})
+    done = RunInfo({op: {(0,)} for op in trader1}, frozenset(), running[:1])
     assert policy.gate(_call("trader0_risky_r0", (1,)), done)
 
 

@@ -160,7 +160,6 @@ class SchedulerCore:
         self.running_per_stage = [0] * num_stages
         self.done_per_stage = [0] * num_stages
         self.outputs: list[Instance] = []
-        self.completed_per_op: dict[str, int] = {}
         self.completed_keys: dict[str, set[tuple[int, ...]]] = {}
         """Per operator, the instances whose task of it completed (ranked policies)."""
         self.report = PipelineReport(policy=policy.name)
@@ -263,10 +262,9 @@ class SchedulerCore:
 
     def run_info(self) -> RunInfo:
         return RunInfo(
-            completed=self.completed_per_op,
+            completed=self.completed_keys,
             finished=frozenset(i.key for i in self.outputs),
             running=[self.info(t) for t in self.running.values()],
-            completed_keys=self.completed_keys,
         )
 
     def _check_stuck(self) -> None:
@@ -410,7 +408,6 @@ class SchedulerCore:
         assert self.memory is not None
         program = task.program
         op = program.op_key
-        self.completed_per_op[op] = self.completed_per_op.get(op, 0) + 1
         if self.policy.ranked:  # only ranked policies read it, and their tasks have keys
             self.completed_keys.setdefault(op, set()).add(task.key)
         children = [

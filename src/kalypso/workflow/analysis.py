@@ -11,7 +11,6 @@ too, is what its slot knows of it before it runs (``partial_ids``).
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -112,7 +111,7 @@ def policy_order(
         done: dict[str, set[tuple[int, ...]]] = {}
         for i in answered:
             done.setdefault(keys[i][0], set()).add(keys[i][1])
-        run = RunInfo(Counter(keys[i][0] for i in answered), queries - unfinished, (), done)
+        run = RunInfo(done, queries - unfinished, ())
         waiting = [
             i
             for i in range(len(calls))

@@ -28,7 +28,7 @@ Adding a policy is one module: subclass :class:`Policy`, then
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kalypso.core.instance_window import InstancePeak
@@ -56,16 +56,14 @@ class RunInfo:
     """What a ranked policy may read when it ranks and gates tasks.
 
     Attributes:
-        completed: tasks completed so far per operator.
+        completed: per operator, the instances whose task of it has completed.
         finished: instances whose whole run is done.
         running: the tasks running now.
-        completed_keys: per operator, the instances whose task of it has completed.
     """
 
-    completed: Mapping[str, int]
+    completed: Mapping[str, Set[tuple[int, ...]]]
     finished: frozenset[tuple[int, ...]]
     running: Sequence[TaskInfo]
-    completed_keys: Mapping[str, Set[tuple[int, ...]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,7 @@ class CacheAware(Policy):
 
     def _done(self, unit: tuple[int, tuple[int, ...]], run: RunInfo) -> bool:
         group, key = unit
-        return all(key in run.completed_keys.get(op, ()) for op in self.groups[group])
+        return all(key in run.completed.get(op, ()) for op in self.groups[group])
 
     def explain(self) -> str:
         order = sorted(self.position, key=self.position.__getitem__)

@@ -76,7 +76,7 @@ class OpWise(_Ranked):
     def gate(self, task: TaskInfo, run: RunInfo) -> bool:
         mine = self.position.get(task.op, -1)
         return all(
-            run.completed.get(op, 0) >= len(self.keys)
+            len(run.completed.get(op, ())) >= len(self.keys)
             for op, position in self.position.items()
             if position < mine
         )
