@@ -727,7 +727,6 @@ def test_bad_table_name(name: Any) -> None:
     [
         ({"policy": "eager"}, "unknown execution policy 'eager'"),
         ({"policy": "Pipelined"}, "unknown execution policy 'Pipelined'"),
-        pytest.param({"policy": None}, "a policy is a name from", marks=ISSUE_9),
         ({"policy": ""}, "a policy is a name from"),
         ({"policy": 3}, "a policy is a name from"),
         ({"policy": "static:1.5"}, r"the static fraction must be in \(0, 1\)"),

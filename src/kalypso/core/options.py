@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kalypso.core.errors import PlanError
@@ -31,6 +31,11 @@ def _check_float(name: str, value: Any, *, positive: bool, optional: bool = Fals
         raise PlanError(f"{name} must be > 0, got {value!r}")
 
 
+RELATIONAL_POLICY = "adaptive"
+"""The policy of a relational plan whose options choose none (Algorithm 1)."""
+WORKFLOW_POLICY = "cache-aware"
+"""The policy of a workflow whose options choose none (the Helium paper's section 5)."""
+
 MIN_KV_OVERCOMMIT = 1.0
 MAX_KV_OVERCOMMIT = 4.0
 
@@ -41,7 +46,9 @@ class RunOptions:
 
     Attributes:
         policy: a policy name (``"adaptive"``, ``"static:0.3"``, ... see
-            :mod:`kalypso.core.policies`) or a :class:`~kalypso.core.policies.Policy`.
+            :mod:`kalypso.core.policies`) or a :class:`~kalypso.core.policies.Policy`;
+            None (the default): the front end's own, ``adaptive`` for relational plans
+            and ``cache-aware`` for workflows (:meth:`with_default_policy`).
         pinning: ``"virtual"`` (admission control alone keeps prefixes cached under LRU)
             or ``"explicit"`` (the engine pins each parent's blocks until its children are
             done; needs an engine with ``supports_pinning`` and a memory-aware policy:
@@ -82,7 +89,7 @@ class RunOptions:
         progress: show a live per-stage view on stderr.
     """
 
-    policy: str | Policy = "adaptive"
+    policy: str | Policy | None = None
     pinning: str = "virtual"
     max_tasks_in_flight: int | None = None
     kv_overcommit: float = 1.0
@@ -101,7 +108,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         try:
-            policy = get_policy(self.policy)
+            policy = get_policy(RELATIONAL_POLICY if self.policy is None else self.policy)
         except PolicyError as exc:
             raise PlanError(str(exc)) from None
         if self.pinning not in ("virtual", "explicit"):
@@ -142,6 +149,11 @@ class RunOptions:
             if not isinstance(getattr(self, name), bool):
                 raise PlanError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
+    def with_default_policy(self, name: str) -> RunOptions:
+        """These options, with policy ``name`` if none was chosen (a front end's own)."""
+        return self if self.policy is not None else replace(self, policy=name)
+
     def resolved_policy(self) -> Policy:
-        """A fresh policy object for one run."""
-        return get_policy(self.policy)
+        """A fresh policy object for one run (:data:`RELATIONAL_POLICY` if none was
+        chosen)."""
+        return get_policy(RELATIONAL_POLICY if self.policy is None else self.policy)

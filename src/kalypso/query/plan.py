@@ -34,7 +34,7 @@ from kalypso.core.errors import PlanError, QueryError
 from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.graph import TaskGraph
 from kalypso.core.ledger import KVLedger
-from kalypso.core.options import RunOptions
+from kalypso.core.options import RELATIONAL_POLICY, RunOptions
 from kalypso.core.progress import ProgressView
 from kalypso.core.prompt import ChatLayout
 from kalypso.core.report import PipelineReport
@@ -370,6 +370,7 @@ class Table:
             raise PlanError(
                 f"layout must be a ChatLayout of the engine's own tokenizer, got {layout!r}"
             )
+        options = options.with_default_policy(RELATIONAL_POLICY)
         policy = options.resolved_policy()
         physical = self.physical_plan()
         owner = options.query_id or f"q{uuid.uuid4().hex[:8]}"
