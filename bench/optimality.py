@@ -23,7 +23,7 @@ from kalypso.models import resolve_model
 from kalypso.workflow.analysis import call_costs, policy_order
 from kalypso.workflow.library.workflows import BUILDERS, Sizes
 from kalypso.workflow.lower import lower
-from kalypso.workflow.run import batch_instances
+from kalypso.workflow.plan import batch_instances
 
 CAPACITY_TOKENS = 8192
 POLICIES = ("cache-aware", "querywise", "opwise", "random")

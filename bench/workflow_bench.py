@@ -65,7 +65,8 @@ from kalypso.engine.vllm_settings import VLLMSettings
 from kalypso.engine.vllm_step_trace import STEP_TRACE_ENV_VAR, STEP_TRACE_SCHEDULER_CLS
 from kalypso.workflow.command import accuracy
 from kalypso.workflow.library import BUILDERS, Workload, workload
-from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
+from kalypso.workflow.plan import WorkflowOptions
+from kalypso.workflow.run import WorkflowResult, arun
 
 OFF = WorkflowOptions(merge=False, result_cache=False, warm=False)
 ON = WorkflowOptions()

@@ -6,6 +6,7 @@ kalypso engine serve [options]        run a vLLM server on loopback until Ctrl-C
                                       (--admin-endpoints for prefix-cache resets)
 kalypso demo [options]                the main job (see README)
 kalypso workflow run NAME [options]   a library workflow (Helium's), with a per-node report
+kalypso workflow explain NAME [...]   its plan: DAG, rewrites, radix tree, schedule
 """
 
 from __future__ import annotations
@@ -148,6 +149,12 @@ def cmd_workflow_run(args: argparse.Namespace) -> int:
     return asyncio.run(run(args, console))
 
 
+def cmd_workflow_explain(args: argparse.Namespace) -> int:
+    from kalypso.workflow.command import run
+
+    return asyncio.run(run(args, console, execute=False))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kalypso", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -230,6 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_workflow_arguments(run_workflow)
     run_workflow.set_defaults(func=cmd_workflow_run)
+    explain_workflow = workflow.add_parser(
+        "explain",
+        help="print a library workflow's plan (DAG, rewrites, radix tree, schedule); run nothing",
+    )
+    add_workflow_arguments(explain_workflow)
+    explain_workflow.set_defaults(func=cmd_workflow_explain)
 
     return parser
 

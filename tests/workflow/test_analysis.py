@@ -11,7 +11,7 @@ from kalypso.engine.sim import WordTokenizer
 from kalypso.workflow.analysis import call_costs, policy_order
 from kalypso.workflow.library.workflows import BUILDERS, Sizes
 from kalypso.workflow.lower import Lowered, lower
-from kalypso.workflow.run import batch_instances
+from kalypso.workflow.plan import batch_instances
 
 CAPACITY_TOKENS = 8192
 

@@ -9,7 +9,8 @@ import asyncio
 from kalypso.core.result_cache import PromptResultCache
 from kalypso.engine.open import open_engine
 from kalypso.workflow.library import workload
-from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
+from kalypso.workflow.plan import WorkflowOptions
+from kalypso.workflow.run import WorkflowResult, arun
 from tests.workflow.real_size import real_size_sim
 
 SIM = real_size_sim()

@@ -15,7 +15,8 @@ from kalypso.core.memory import MemoryManager, TaskMemory
 from kalypso.engine.protocol import EngineError, GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine
 from kalypso.workflow.library import workload
-from kalypso.workflow.run import WorkflowOptions, arun
+from kalypso.workflow.plan import WorkflowOptions
+from kalypso.workflow.run import arun
 from tests.workflow.real_size import run_days
 
 _run = run_days

@@ -11,27 +11,8 @@ import pytest
 from kalypso import KVLedger, PlanError, QueryError
 from kalypso import workflow as wf
 from kalypso.core.graph import LLMNode
-from kalypso.engine.protocol import GenerateRequest, GenerateResult
-from kalypso.engine.sim import SimEngine, SimOutputModel
 from kalypso.workflow.lower import lower
-
-OUTPUTS = SimOutputModel(min_output_tokens=4, max_output_tokens=12)
-
-
-class RecordingSim(SimEngine):
-    def __init__(self, **kwargs: object) -> None:
-        kwargs.setdefault("num_blocks", 256)
-        kwargs.setdefault("block_size_tokens", 16)
-        kwargs.setdefault("outputs", OUTPUTS)
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.requests: list[GenerateRequest] = []
-        self.results: dict[str, GenerateResult] = {}
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        self.requests.append(request)
-        result = await super().generate(request)
-        self.results[request.request_id] = result
-        return result
+from tests.workflow.recording_sim import RecordingSim
 
 
 def debate(rounds: int = 2) -> wf.Workflow:

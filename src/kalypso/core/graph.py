@@ -106,6 +106,10 @@ class LLMNode:
     when: Callable[[Instance], bool] | None = None
     """A condition on the instance: when it is false the call is skipped (a cascade that
     decides without the LLM, a branch not taken). Sizing reserves for the call anyway."""
+    warm_input: bool = False
+    """Proactive caching: each query's prompt prefix that is known before the call's
+    other inputs are (its first slots that are ready at the start: a document, a
+    question) is prefilled early (:mod:`kalypso.core.warm`)."""
 
     @property
     def kind(self) -> str:
@@ -306,6 +310,8 @@ class TaskGraph:
             if isinstance(node, LLMNode):
                 lines.append(f"           prompt: {describe_messages(node.messages)}")
                 lines.append(f"           {describe_decoding(node)}")
+                if node.warm_input:
+                    lines.append("           cacheable: its known prompt prefix is warmed early")
         if self.outputs:
             lines.append(f"  outputs: {', '.join(self.outputs)}")
         return "\n".join(lines)

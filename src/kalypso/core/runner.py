@@ -37,7 +37,7 @@ from kalypso.core.ideal_cache import IdealPrefixCache
 from kalypso.core.instance import CallOutcome, Instance
 from kalypso.core.ledger import KVLedger
 from kalypso.core.options import RunOptions
-from kalypso.core.policies import PlanInfo, Policy
+from kalypso.core.policies import Policy
 from kalypso.core.program import (
     CallStep,
     FnStep,
@@ -195,14 +195,15 @@ class PipelineRunner:
         state: RunState,
         num_stages: int,
         on_update: OnUpdate | None = None,
-        plan: PlanInfo | None = None,
+        policy: Policy | None = None,
     ) -> None:
+        """``policy``: one already prepared for this run (a ranked policy's order is built
+        in :meth:`~kalypso.core.policies.base.Policy.prepare`); None: a fresh one of the
+        run's options, unprepared."""
         self.state = state
         self.on_update = on_update
         options = state.options
-        policy = options.resolved_policy()
-        if plan is not None:
-            policy.prepare(plan)
+        policy = policy or options.resolved_policy()
         self.core = SchedulerCore(
             num_stages,
             state.ledger,

@@ -7,6 +7,14 @@ each operator find them in the prefix cache instead of computing them side by si
 the same engine step. Only prefixes of at least ``min_tokens`` are warmed, cut to whole
 KV blocks (what the cache can hold); each distinct prefix is warmed once.
 
+A node marked ``warm_input`` (the DSL's ``cacheable``) also has each query's *known*
+prefix warmed: its prompt up to the first slot whose value does not exist when the run
+starts (another call's answer, a Python step's result), when that is longer than its
+static prefix - a document or a question read before the call's other inputs are
+ready. Those are warmed after the static prefixes, query by query in batch order, only
+while they fit in half the cache together (:data:`QUERY_WARM_FRACTION`): warmed prefixes
+that the cache cannot keep until their calls run would be computed twice.
+
 The warm-up runs inside the timed run (the paper's reference code warms before it and
 does not report the time). With an engine that supports explicit pinning, ``pin=True``
 (the workflow front end sets it under ``pinning="explicit"``) keeps the warmed blocks
@@ -22,8 +30,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kalypso.core.graph import LLMNode
-from kalypso.core.prompt import ChatLayout
+from kalypso.core.graph import LLMNode, Text
+from kalypso.core.instance import Instance
+from kalypso.core.prompt import ChatLayout, TokenIds
 from kalypso.core.trt import TemplatedRadixTree
 from kalypso.engine.protocol import Engine, GenerateRequest
 
@@ -31,6 +40,31 @@ logger = logging.getLogger(__name__)
 
 WARM_PRIORITY = 100
 """Engine priority of warm-up requests (vLLM: higher numbers are served after lower)."""
+
+QUERY_WARM_FRACTION = 0.5
+"""The share of the engine's KV blocks that warmed per-query prefixes may take together."""
+
+
+def known_prefix_ids(node: LLMNode, instance: Instance, layout: ChatLayout) -> TokenIds | None:
+    """The leading ids of ``node``'s prompt for ``instance`` that exist before the call's
+    inputs are all ready: its boundaries and contents up to the first slot that is not
+    ready. None when nothing waits (every slot is ready: the call can run at once) and
+    for a call that continues another's conversation (its prefix is that call's
+    prompt, which that call computes)."""
+    if node.continue_from is not None:
+        return None
+    bounds = layout.boundaries(tuple(m.role for m in node.messages))
+    out: list[int] = []
+    for boundary, message in zip(bounds, node.messages, strict=False):
+        out.extend(boundary)
+        for part in message.parts:
+            if isinstance(part, Text):
+                out.extend(layout.text_ids(part.text))
+            elif part.source.ready(instance):
+                out.extend(part.source.ids(instance, layout))
+            else:
+                return tuple(out)
+    return None
 
 
 @dataclass
@@ -67,9 +101,45 @@ class Warmer:
                 out[tuple(int(i) for i in ids if isinstance(i, int))] = None
         return list(out)
 
-    def start(self, nodes: Sequence[LLMNode]) -> None:
-        """Send the warm-up requests (they run while the workflow starts)."""
-        for number, prefix in enumerate(self.prefixes(nodes)):
+    def query_prefixes(
+        self, nodes: Sequence[LLMNode], instances: Sequence[Instance]
+    ) -> tuple[list[tuple[int, ...]], int]:
+        """The known prefixes of the ``warm_input`` nodes' calls worth warming (see the
+        module docstring), cut to whole blocks, in batch order; and how many more were
+        left out because they did not fit in :data:`QUERY_WARM_FRACTION` of the cache.
+        A call whose every input exists at the start is left out: it can run at once."""
+        capacity = self.engine.capacity
+        block = capacity.block_size_tokens
+        room_blocks = int(capacity.num_blocks * QUERY_WARM_FRACTION)
+        static = TemplatedRadixTree.of(nodes, self.layout)
+        chosen: dict[tuple[int, ...], None] = {}
+        skipped = 0
+        for instance in instances:
+            for node in nodes:
+                if not node.warm_input:
+                    continue
+                ids = known_prefix_ids(node, instance, self.layout)
+                if ids is None:
+                    continue
+                length = len(ids) - len(ids) % block
+                if length < max(self.min_tokens, block):
+                    continue
+                if length <= static.static_prefix_tokens(node.node_id):
+                    continue  # nothing beyond what the static warm-up computes
+                prefix = ids[:length]
+                if prefix in chosen:
+                    continue
+                if (sum(map(len, chosen)) + length) // block > room_blocks:
+                    skipped += 1
+                    continue
+                chosen[prefix] = None
+        return list(chosen), skipped
+
+    def start(self, nodes: Sequence[LLMNode], instances: Sequence[Instance] = ()) -> None:
+        """Send the warm-up requests, static prefixes first (they run while the workflow
+        starts)."""
+        queries, _ = self.query_prefixes(nodes, instances)
+        for number, prefix in enumerate([*self.prefixes(nodes), *queries]):
             self._tasks.append(asyncio.create_task(self._warm(number, prefix)))
 
     async def _warm(self, number: int, prefix: tuple[int, ...]) -> None:

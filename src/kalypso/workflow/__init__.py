@@ -4,6 +4,7 @@ token-exact task graph, and scheduling by the core's policies.
 
     from kalypso import workflow as wf
     ...
+    print(wf.plan(flow, engine, {"question": questions}).explain())
     result = await wf.arun(flow, engine, {"question": questions})
 """
 
@@ -28,7 +29,8 @@ from kalypso.workflow.dsl import (
     system,
     user,
 )
-from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
+from kalypso.workflow.plan import WorkflowOptions, WorkflowPlan, plan
+from kalypso.workflow.run import WorkflowResult, arun
 
 __all__ = [
     "LLM",
@@ -40,6 +42,7 @@ __all__ = [
     "Value",
     "Workflow",
     "WorkflowOptions",
+    "WorkflowPlan",
     "WorkflowResult",
     "arun",
     "assistant",
@@ -51,6 +54,7 @@ __all__ = [
     "input",
     "llm",
     "loop",
+    "plan",
     "system",
     "user",
 ]

@@ -4,6 +4,8 @@ view and a per-node report.
     kalypso workflow run debate                       # vLLM on CPU, the bundled model
     kalypso workflow run trading --policy opwise      # a baseline
     kalypso workflow run mapred --engine sim --scale paper --sim-profile qwen3-8b-h100
+    kalypso workflow run debate --explain             # print the plan, then run it
+    kalypso workflow explain trading --engine sim     # the plan only: nothing is run
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from kalypso.core.result_cache import PromptResultCache
 from kalypso.engine.open import ENGINE_KINDS, EngineSpec, open_engine
 from kalypso.engine.vllm_settings import VLLMSettings
 from kalypso.workflow.library import BUILDERS, workload
-from kalypso.workflow.run import WorkflowOptions, WorkflowResult, arun
+from kalypso.workflow.plan import WorkflowOptions, plan
+from kalypso.workflow.run import WorkflowResult, arun
 
 DEFAULT_KV_CACHE_BYTES = 128 * 2**20
 
@@ -55,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " never more than it holds; above, the engine preempts to make room)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress view")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="print each run's plan first (the DAG, the optimizer's rewrites, the templated"
+        " radix tree, the prefixes warmed and the schedule)",
+    )
 
 
 def node_report(result: WorkflowResult) -> Table:
@@ -91,7 +100,9 @@ def accuracy(result: WorkflowResult, expected: dict[str, Any]) -> dict[str, floa
     return out
 
 
-async def run(args: argparse.Namespace, console: Console) -> int:
+async def run(args: argparse.Namespace, console: Console, *, execute: bool = True) -> int:
+    """``kalypso workflow run`` (``execute``) or ``kalypso workflow explain`` (plans
+    only: the engine is opened for its tokenizer and cache size, and sent nothing)."""
     job = workload(args.name, args.scale)
     settings = VLLMSettings(
         kv_cache_bytes=args.kv_cache_bytes,
@@ -121,6 +132,15 @@ async def run(args: argparse.Namespace, console: Console) -> int:
                     f"{flow.name}: {job.queries} queries"
                     + (" (timed)" if flow is job.workflows[-1] else " (warms the caches)")
                 )
+            if args.explain or not execute:
+                console.print(
+                    plan(flow, engine, inputs, options, workflow_options=switches).explain(),
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
+            if not execute:
+                continue
             started = time.monotonic() if clock is None else engine.now_s  # type: ignore[attr-defined]
             result = await arun(
                 flow, engine, inputs, options, workflow_options=switches, cache=cache
@@ -129,9 +149,10 @@ async def run(args: argparse.Namespace, console: Console) -> int:
             console.print(f"  {result.summary()}")
             if number + 1 == len(job.workflows):
                 console.print(f"  engine time: {ended - started:.2f} s")
-        assert result is not None
     finally:
         await engine.close()
+    if result is None:
+        return 0
     console.print(node_report(result))
     if result.rewrites.merged:
         console.print("optimizer: " + "; ".join(result.rewrites.describe()))

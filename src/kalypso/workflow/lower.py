@@ -158,8 +158,9 @@ def _llm_node(call: LLM, canon: Canonicalizer) -> LLMNode:
         temperature=call.temperature,
         continue_from=continue_from,
         deps=(INPUT_NODE, *deps),
-        description=f"llm {call.name}" + (" (cacheable)" if call.cacheable else ""),
+        description=_describe(call.guard, canon),
         when=_when(call.guard, canon),
+        warm_input=call.cacheable,
     )
 
 
@@ -187,4 +188,13 @@ def _fn_node(step: Fn, canon: Canonicalizer) -> FnNode:
         return instance
 
     deps = _deps_of(step.deps(), canon)
-    return FnNode(step.name, run, step.name, (INPUT_NODE, *deps), f"fn {step.name}")
+    return FnNode(step.name, run, step.name, (INPUT_NODE, *deps), _describe(step.guard, canon))
+
+
+def _describe(guard: Guard | None, canon: Canonicalizer) -> str:
+    """A node's note for ``explain()``: the branch it belongs to."""
+    if guard is None:
+        return ""
+    decider = canon.representative(guard.decider)
+    assert isinstance(decider, Fn)
+    return f"runs only where {decider.name} is {guard.expected}"

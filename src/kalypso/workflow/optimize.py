@@ -4,8 +4,8 @@
   what its outputs need (it is built by walking back from them), so a branch nothing
   reads is never lowered, let alone run.
 * **Common-subgraph elimination** merges values that compute the same thing, across the
-  whole workflow (and across workflows submitted together, see
-  :func:`kalypso.workflow.run.arun_many`): equal texts, and LLM calls with the same
+  whole workflow (and across workflows submitted together: :func:`kalypso.workflow.run.arun`
+  takes a list of them): equal texts, and LLM calls with the same
   conversation, cap and decision - **only when greedy**. A greedy call is a
   deterministic function of its prompt, so one call can answer for all its copies; a
   sampled call is not (two samples of one prompt are meant to differ, as in

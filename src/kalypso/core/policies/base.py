@@ -27,6 +27,7 @@ Adding a policy is one module: subclass :class:`Policy`, then
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
@@ -160,8 +161,12 @@ class Policy:
         done (only meaningful with explicit pinning; the last stage has no children)."""
         return explicit_pinning and stage + 1 < num_stages
 
-    def describe(self) -> str:
-        return self.name
+    def explain(self) -> str:
+        """How this policy orders and admits calls, as text (prepared policies may add
+        their plan: :class:`~kalypso.core.policies.cache_aware.CacheAware` prints its
+        order and window). By default, the first line of the class's docstring."""
+        doc = inspect.getdoc(type(self)) or self.name
+        return doc.splitlines()[0]
 
 
 PolicyFactory = Callable[[str | None], Policy]

@@ -19,6 +19,9 @@ from kalypso.core.policies.base import Policy, no_argument, register_policy
 
 
 class OperatorAtATime(Policy):
+    """Each operator over the whole table before the next (a barrier between stages),
+    every ready call sent at once: the engine alone bounds memory."""
+
     name = "operator-at-a-time"
     memory_aware = False
     bounded_outputs = False

@@ -9,6 +9,9 @@ from kalypso.core.policies.base import Policy, no_argument, register_policy
 
 
 class ParallelBFS(Policy):
+    """The first stage gets all the memory but the later stages' minimums; never
+    rebalanced."""
+
     name = "parallel-bfs"
 
     def initial_budgets(self, capacity_blocks: int, min_blocks: Sequence[int]) -> list[int]:

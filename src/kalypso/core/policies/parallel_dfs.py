@@ -7,6 +7,9 @@ from kalypso.core.policies.base import Policy, no_argument, register_policy
 
 
 class ParallelDFS(Policy):
+    """Algorithm 1's initial split (upstream stages at their minimums, the last the
+    rest), never rebalanced."""
+
     name = "parallel-dfs"
 
 

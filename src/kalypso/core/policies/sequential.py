@@ -7,6 +7,8 @@ from kalypso.core.policies.base import Policy, no_argument, register_policy
 
 
 class Sequential(Policy):
+    """One task at a time, deepest stage first: each tuple's whole tree before the next."""
+
     name = "sequential"
     max_running_tasks = 1
 

@@ -9,6 +9,9 @@ from kalypso.core.policies.base import Policy, PolicyError, register_policy
 
 
 class StaticSplit(Policy):
+    """A fixed split: the first stage gets a fraction of the memory, the last the rest;
+    never rebalanced."""
+
     def __init__(self, first_stage_fraction: float) -> None:
         self.first_stage_fraction = first_stage_fraction
         self.name = f"static:{first_stage_fraction:g}"

@@ -57,6 +57,8 @@ class _Ranked(Policy):
 
 
 class QueryWise(_Ranked):
+    """One query at a time: its calls as they become ready, the next query when it is done."""
+
     name = "querywise"
 
     def rank(self, task: TaskInfo) -> tuple[Any, ...]:
@@ -68,6 +70,8 @@ class QueryWise(_Ranked):
 
 
 class OpWise(_Ranked):
+    """Operator at a time over the whole batch, in topological order, with a barrier."""
+
     name = "opwise"
 
     def rank(self, task: TaskInfo) -> tuple[Any, ...]:
@@ -83,6 +87,8 @@ class OpWise(_Ranked):
 
 
 class OpWiseStream(OpWise):
+    """Operator order without the barrier: calls admitted operator by operator as they get ready."""
+
     name = "opwise-stream"
 
     def gate(self, task: TaskInfo, run: RunInfo) -> bool:
@@ -90,6 +96,8 @@ class OpWiseStream(OpWise):
 
 
 class AllReady(Policy):
+    """Every ready call at once, the engine queueing them (no order of its own)."""
+
     name = "all-ready"
     memory_aware = False
 
@@ -98,6 +106,9 @@ class AllReady(Policy):
 
 
 class LSPF(AllReady):
+    """Every ready call at once; the engine takes its waiting requests longest cached
+    prefix first (on an LSPF engine)."""
+
     name = "lspf"
 
 
