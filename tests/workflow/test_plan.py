@@ -14,26 +14,13 @@ from kalypso.core.policies.base import Policy
 from kalypso.engine.sim import SimEngine
 from kalypso.workflow.library import workload
 from tests.engine.failing_sim import FailingOneSim
+from tests.workflow.flows import read_then_answer
 from tests.workflow.recording_sim import OUTPUTS, RecordingSim
 
 DOCS = [
     f"Filing {i}. " + " ".join(f"line {i}.{j} of the filing" for j in range(30)) for i in range(4)
 ]
 QUESTIONS = [f"What happened in year {2020 + i}?" for i in range(4)]
-
-
-def read_then_answer(*, cacheable: bool) -> wf.Workflow:
-    """``answer`` starts with the query's document, then reads ``brief``'s answer: its
-    document is known from the start, before it can run."""
-    doc, question = wf.input("doc"), wf.input("question")
-    brief = wf.llm(wf.chat(wf.user("Rephrase: ", question)), max_tokens=8, name="brief")
-    answer = wf.llm(
-        wf.chat(wf.system("Answer from the filing."), wf.user(doc, "\n\nQuestion: ", brief)),
-        max_tokens=8,
-        name="answer",
-        cacheable=cacheable,
-    )
-    return wf.Workflow({"answer": answer}, name="read")
 
 
 INPUTS = {"doc": DOCS, "question": QUESTIONS}
@@ -151,6 +138,10 @@ async def test_a_cacheable_calls_document_is_warmed_before_it_can_run() -> None:
     assert plain_answer.prefill_tokens - warm_answer.prefill_tokens == 960 - 48
     assert warm.warm is not None
     assert (warm.warm.prefixes, warm.warm.tokens) == (4, warmed_tokens)
+    # the run computes the documents in its warm-ups instead (their first block, the
+    # shared system prompt, once): its prefill counts them, and it is the same
+    assert warm.warm.cached_tokens == 48
+    assert warm.prefill_tokens == plain.prefill_tokens
 
 
 async def test_known_prefixes_are_warmed_only_while_half_the_cache_holds_them() -> None:

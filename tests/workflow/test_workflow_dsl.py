@@ -12,27 +12,8 @@ from kalypso import KVLedger, PlanError, QueryError
 from kalypso import workflow as wf
 from kalypso.core.graph import LLMNode
 from kalypso.workflow.lower import lower
+from tests.workflow.flows import debate
 from tests.workflow.recording_sim import RecordingSim
-
-
-def debate(rounds: int = 2) -> wf.Workflow:
-    question = wf.input("question")
-    convs = [
-        wf.chat(
-            wf.system("You are a helpful assistant."), wf.user(question, f" Answer as agent {i}.")
-        )
-        for i in range(3)
-    ]
-    answers = [wf.llm(c, max_tokens=8, name=f"a{i}_r0") for i, c in enumerate(convs)]
-    for r in range(1, rounds):
-        nxt = []
-        for i, (conv, mine) in enumerate(zip(convs, answers, strict=True)):
-            others = [a for j, a in enumerate(answers) if j != i]
-            convs[i] = conv.then(mine).user("Others said:", *[wf.fmt(" {}", o) for o in others])
-            nxt.append(wf.llm(convs[i], max_tokens=8, name=f"a{i}_r{r}"))
-        answers = nxt
-    return wf.Workflow({f"agent{i}": a for i, a in enumerate(answers)}, name="debate")
-
 
 QUESTIONS = {"question": [f"What is {i} plus {i}?" for i in range(4)]}
 

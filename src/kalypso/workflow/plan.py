@@ -169,9 +169,10 @@ class WorkflowPlan:
         graph, capacity = self.lowered.graph, self.info.capacity
         engine = self.engine_name
         if capacity is not None:
+            running = capacity.max_running_requests
             engine += (
-                f" ({capacity.num_blocks} KV blocks of {capacity.block_size_tokens} tokens,"
-                f" at most {capacity.max_running_requests or 'any number of'} sequences)"
+                f" ({capacity.num_blocks} KV blocks of {capacity.block_size_tokens} tokens, "
+                + (f"at most {running} sequences)" if running else "sequences unbounded)")
             )
         values = sum(len(f.values) for f in self.flows)
         lines = [
@@ -204,7 +205,7 @@ class WorkflowPlan:
             return "off"
         static = self.warmer.prefixes(self.llm_nodes)
         queries, skipped = self.warmer.query_prefixes(self.llm_nodes, self.instances)
-        if not static and not queries:
+        if not static and not queries and not skipped:
             block = self.info.block_size_tokens
             least = max(self.switches.warm_min_tokens, block)
             return (

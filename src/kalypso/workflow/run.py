@@ -63,6 +63,16 @@ class WorkflowResult(RunTotals):
     step decodes no more calls than fit beside each other and the engine runs
     (:func:`kalypso.core.memory_bound.least_decode_steps`)."""
 
+    @property
+    def prompt_tokens(self) -> int:
+        """The calls' prompt tokens and the warm-ups': a warm-up's prefill is the run's."""
+        return super().prompt_tokens + (self.warm.tokens if self.warm else 0)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Of :attr:`prompt_tokens`, those found in the prefix cache (or the result cache)."""
+        return super().cached_tokens + (self.warm.cached_tokens if self.warm else 0)
+
     def summary(self) -> str:
         hits = f", result cache {self.cache.hits} hits" if self.cache else ""
         return (
@@ -109,8 +119,10 @@ async def arun(
     state = RunState.create(engine, options, owner, ledger, bounds, planned.layout)
     if planned.switches.result_cache:
         state.result_cache = cache if cache is not None else PromptResultCache(engine.name)
+    flow = FlowPlan.of(lowered.graph)
+    runner = PipelineRunner(state, flow.num_stages, policy=policy)
     try:
-        state.ledger.register(owner)
+        state.ledger.register(owner)  # from here on, the finally below unregisters it
     except ValueError as exc:
         raise PlanError(str(exc)) from None
     logger.info(
@@ -120,8 +132,6 @@ async def arun(
         policy.name,
         engine.name,
     )
-    flow = FlowPlan.of(lowered.graph)
-    runner = PipelineRunner(state, flow.num_stages, policy=policy)
 
     def hit_rate() -> tuple[int, int]:
         return (

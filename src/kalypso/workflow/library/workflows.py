@@ -194,7 +194,10 @@ CALCULATION_CRITIC = (
 )
 
 
-def reflect(sizes: Sizes) -> Workload:
+def reflect(sizes: Sizes, *, warm_critics: bool = False) -> Workload:
+    """``warm_critics`` marks the critics ``cacheable``: each query's document and question,
+    which they read before the analysis, are warmed before it exists (an experiment:
+    ``bench.warm_bench``)."""
     context, question = wf.input("context"), wf.input("question")
     task = ("Context: ", context, "\n\nQuestion: ", question)
     analyst_chat = wf.chat(wf.system(ANALYST), wf.user(*task))
@@ -203,6 +206,7 @@ def reflect(sizes: Sizes) -> Workload:
         wf.chat(wf.system(EXTRACTION_CRITIC), wf.user(*task, "\n\nAnalysis: ", analysis)),
         max_tokens=sizes.max_tokens,
         name="extraction_critic",
+        cacheable=warm_critics,
     )
     calculation = wf.llm(
         wf.chat(
@@ -211,6 +215,7 @@ def reflect(sizes: Sizes) -> Workload:
         ),
         max_tokens=sizes.max_tokens,
         name="calculation_critic",
+        cacheable=warm_critics,
     )
     final = wf.llm(
         analyst_chat.then(analysis).user(

@@ -1,0 +1,89 @@
+"""Workflows on real vLLM (CPU, the bundled model) in the deterministic mode (float32,
+greedy): the same outputs under every policy, a ``cacheable`` call's warmed document
+found in vLLM's prefix cache, and a run that fails on a call's timeout leaving nothing
+behind - in the engine or in the ledger - after which the same engine answers as before."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pandas as pd
+import pytest
+
+from kalypso import KVLedger, QueryError
+from kalypso import workflow as wf
+from kalypso.engine.vllm_local import LocalVLLMEngine
+from tests.conftest import deterministic_vllm_settings, poll_stats_until
+from tests.workflow.flows import debate, read_then_answer
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+KV_BLOCKS = 24  # 3,072 tokens: every prompt here at once, so nothing is evicted
+QUESTIONS = [f"What is {i} plus {i}?" for i in range(3)]
+DOCS = [
+    f"Filing {i}. "
+    + " ".join(f"In quarter {q} unit {i} sold {7 * q + i} widgets." for q in range(30))
+    for i in range(3)
+]
+
+
+@pytest.fixture(scope="module")
+async def engine() -> AsyncIterator[LocalVLLMEngine]:
+    eng = await LocalVLLMEngine.start(deterministic_vllm_settings(KV_BLOCKS, max_num_seqs=8))
+    try:
+        yield eng
+    finally:
+        await eng.close()
+
+
+async def _debate(engine: LocalVLLMEngine, **options: object) -> wf.WorkflowResult:
+    await engine.reset_prefix_cache()
+    return await wf.arun(debate(), engine, {"question": QUESTIONS}, system_prompt="", **options)
+
+
+async def test_every_policy_gives_the_same_outputs(engine: LocalVLLMEngine) -> None:
+    reference = await _debate(engine, policy="cache-aware")
+    assert reference.outputs.notna().all().all()
+    for policy in ("querywise", "opwise", "all-ready"):
+        other = await _debate(engine, policy=policy)
+        pd.testing.assert_frame_equal(reference.outputs, other.outputs)
+    stats = await engine.stats()
+    assert (stats.running_requests, stats.waiting_requests) == (0, 0)
+
+
+async def test_a_cacheable_calls_document_is_found_in_the_prefix_cache(
+    engine: LocalVLLMEngine,
+) -> None:
+    """Each query's document (several 128-token blocks) is warmed before ``brief``'s
+    answer exists; ``answer`` then finds at least those tokens in vLLM's prefix cache.
+    Without ``cacheable`` it finds only the static system prompt's blocks, if any."""
+    inputs = {"doc": DOCS, "question": QUESTIONS}
+    results = {}
+    for cacheable in (False, True):
+        await engine.reset_prefix_cache()
+        results[cacheable] = await wf.arun(
+            read_then_answer(cacheable=cacheable), engine, inputs, system_prompt=""
+        )
+    plain, warm = results[False], results[True]
+    pd.testing.assert_frame_equal(plain.outputs, warm.outputs)
+    assert warm.warm is not None and warm.warm.prefixes == 3 and warm.warm.failed == 0
+    assert warm.warm.tokens >= 3 * 2 * 128  # each document is at least two whole blocks
+    plain_answer = next(s for s in plain.operator_stats if s.operator == "answer")
+    warm_answer = next(s for s in warm.operator_stats if s.operator == "answer")
+    assert warm_answer.cached_tokens >= warm.warm.tokens
+    assert plain_answer.cached_tokens < 128  # no call shares a whole block with another
+    assert warm.prefill_tokens == plain.prefill_tokens  # warming moves the prefill earlier
+
+
+async def test_a_timed_out_call_fails_the_run_and_holds_nothing(engine: LocalVLLMEngine) -> None:
+    reference = await _debate(engine, policy="cache-aware")
+    ledger = KVLedger(engine.capacity.num_blocks)
+    with pytest.raises(QueryError) as failed:
+        await _debate(engine, policy="cache-aware", ledger=ledger, call_timeout_s=0.001)
+    assert "timed out" in str(failed.value) or "timeout" in str(failed.value).lower()
+    assert ledger.reserved_blocks == 0 and ledger.running_tasks == 0 and not ledger.owners
+    await poll_stats_until(
+        lambda s: s.running_requests == 0 and s.waiting_requests == 0, engine, lambda: False
+    )
+    again = await _debate(engine, policy="cache-aware", ledger=ledger)
+    pd.testing.assert_frame_equal(reference.outputs, again.outputs)
