@@ -23,6 +23,7 @@ from kalypso.core.policies import policy_names
 from kalypso.core.result_cache import PromptResultCache
 from kalypso.engine.open import ENGINE_KINDS, EngineSpec, open_engine
 from kalypso.engine.vllm_settings import VLLMSettings
+from kalypso.models import cache_dir
 from kalypso.workflow.library import BUILDERS, workload
 from kalypso.workflow.plan import WorkflowOptions, plan
 from kalypso.workflow.run import WorkflowResult, arun
@@ -58,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         " never more than it holds; above, the engine preempts to make room)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress view")
+    parser.add_argument(
+        "--verbose", action="store_true", help="vLLM's own log on the terminal (else in a file)"
+    )
     parser.add_argument(
         "--explain",
         action="store_true",
@@ -121,7 +125,12 @@ async def run(args: argparse.Namespace, console: Console, *, execute: bool = Tru
         system_prompt="",
         kv_overcommit=args.kv_overcommit,
     )
-    engine = await open_engine(spec)
+    log_path = None
+    if args.engine != "sim" and not args.verbose:
+        log_path = cache_dir() / "logs" / f"workflow-vllm-{int(time.time())}.log"
+    engine = await open_engine(spec, log_path=log_path)
+    if log_path is not None:
+        console.print(f"vLLM's log: {log_path}")
     try:
         cache = PromptResultCache(engine.name)
         clock = getattr(engine, "now_s", None)
