@@ -1,15 +1,18 @@
 """Workflows on real vLLM (CPU, the bundled model) in the deterministic mode (float32,
 greedy): the same outputs under every policy, a ``cacheable`` call's warmed document
-found in vLLM's prefix cache, and a run that fails on a call's timeout leaving nothing
-behind - in the engine or in the ledger - after which the same engine answers as before."""
+found in vLLM's prefix cache, a run that fails on a call's timeout leaving nothing
+behind - in the engine or in the ledger - after which the same engine answers as before,
+and a relational plan beside a workflow on one ledger, each answering as it does alone."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pandas as pd
 import pytest
 
+import kalypso
 from kalypso import KVLedger, QueryError
 from kalypso import workflow as wf
 from kalypso.engine.vllm_local import LocalVLLMEngine
@@ -87,3 +90,28 @@ async def test_a_timed_out_call_fails_the_run_and_holds_nothing(engine: LocalVLL
     )
     again = await _debate(engine, policy="cache-aware", ledger=ledger)
     pd.testing.assert_frame_equal(reference.outputs, again.outputs)
+
+
+async def test_a_query_and_a_workflow_share_the_engine_and_the_ledger(
+    engine: LocalVLLMEngine,
+) -> None:
+    """A relational plan and a workflow at once, on one engine and one ledger, each
+    return exactly what it returns alone (float32, greedy)."""
+    frame = pd.DataFrame(
+        {"text": [f"Order {i}: the parcel arrived late and damaged." for i in range(4)]}
+    )
+    plan = kalypso.table(frame, name="orders").sem_map(
+        "Summarize {text} in three words.", "summary", max_tokens=8
+    )
+    await engine.reset_prefix_cache()
+    query_alone = await plan.arun(engine)
+    flow_alone = await _debate(engine, policy="cache-aware")
+    await engine.reset_prefix_cache()
+    ledger = KVLedger(engine.capacity.num_blocks)
+    query, flow = await asyncio.gather(
+        plan.arun(engine, ledger=ledger),
+        wf.arun(debate(), engine, {"question": QUESTIONS}, system_prompt="", ledger=ledger),
+    )
+    pd.testing.assert_frame_equal(query.frame, query_alone.frame)
+    pd.testing.assert_frame_equal(flow.outputs, flow_alone.outputs)
+    assert ledger.reserved_blocks == 0 and not ledger.owners
