@@ -262,15 +262,18 @@ def plan(
     instances = batch_instances(lowered, inputs)
     layout = ChatLayout(engine.tokenizer)
     capacity = engine.capacity
+    policy = options.resolved_policy()
+    peak = None
+    if policy.reads_instance_peak:
+        peak = measure_instance_peak(lowered, instances, layout, capacity.block_size_tokens)
     info = PlanInfo(
         lowered.graph,
         [i.key for i in instances],
         layout,
         capacity.block_size_tokens,
         capacity=capacity,
-        instance_peak=measure_instance_peak(lowered, instances, layout, capacity.block_size_tokens),
+        instance_peak=peak,
     )
-    policy = options.resolved_policy()
     policy.prepare(info)
     owner = options.query_id or f"w{uuid.uuid4().hex[:8]}"
     warmer = None

@@ -126,6 +126,9 @@ class Policy:
     a soft pin for the calls that continue its conversation, until they are done
     (:mod:`kalypso.core.dataflow`). A relational run always holds its prefixes for its
     children (Algorithm 1)."""
+    reads_instance_peak: bool = False
+    """:meth:`prepare` reads :attr:`PlanInfo.instance_peak`: the front end measures it
+    only for policies that do (it renders sample prompts)."""
 
     def prepare(self, plan: PlanInfo) -> None:
         """See the run before it starts (ranked policies build their order here)."""

@@ -149,6 +149,7 @@ class CacheAware(Policy):
     name = "cache-aware"
     ranked = True
     holds_continued_prefixes = True
+    reads_instance_peak = True
 
     def __init__(self, window: int | Literal["auto", "off"] = "auto") -> None:
         """``window``: a fixed number of conversation groups in flight, ``"auto"`` to size
