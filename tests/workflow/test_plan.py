@@ -214,3 +214,34 @@ async def test_a_workflow_without_a_policy_runs_cache_aware() -> None:
         await engine.close()
     assert (given.policy.name, keywords.policy.name) == ("cache-aware", "cache-aware")
     assert chosen.policy.name == "querywise"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda e: wf.plan(read_then_answer(cacheable=False), None, INPUTS), "runs on an engine"),
+        (lambda e: wf.plan(read_then_answer(cacheable=False), SimEngine, INPUTS), "runs on an"),
+        (lambda e: wf.plan("flow", e, INPUTS), "expected a Workflow or a list of them"),
+        (lambda e: wf.plan([], e, INPUTS), "expected a Workflow or a list of them"),
+        (
+            lambda e: wf.plan(read_then_answer(cacheable=False), e, INPUTS, {"policy": "x"}),
+            "options must be a RunOptions",
+        ),
+        (
+            lambda e: wf.plan(read_then_answer(cacheable=False), e, {"doc": DOCS}),
+            "missing \\['question'\\]",
+        ),
+        (
+            lambda e: wf.plan(read_then_answer(cacheable=False), e, INPUTS, policy="nope"),
+            "unknown execution policy 'nope'",
+        ),
+    ],
+)
+async def test_bad_plans_are_refused_before_anything_is_sent(call, message: str) -> None:  # type: ignore[no-untyped-def]
+    engine = RecordingSim()
+    try:
+        with pytest.raises(PlanError, match=message):
+            call(engine)
+    finally:
+        await engine.close()
+    assert engine.requests == []

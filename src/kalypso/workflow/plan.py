@@ -254,7 +254,7 @@ def plan(
         raise PlanError(f"options must be a RunOptions, got {options!r}")
     if engine is None or isinstance(engine, type) or not isinstance(engine, Engine):
         raise PlanError(
-            f"a workflow needs an engine (kalypso.engine.protocol.Engine), got {engine!r}"
+            f"a workflow runs on an engine (kalypso.engine.protocol.Engine), got {engine!r}"
         )
     options = options.with_default_policy(WORKFLOW_POLICY)
     switches = workflow_options or WorkflowOptions()
