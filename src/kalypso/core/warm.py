@@ -113,7 +113,7 @@ class Warmer:
         room_blocks = int(capacity.num_blocks * QUERY_WARM_FRACTION)
         static = TemplatedRadixTree.of(nodes, self.layout)
         chosen: dict[tuple[int, ...], None] = {}
-        skipped = 0
+        chosen_blocks = skipped = 0
         for instance in instances:
             for node in nodes:
                 if not node.warm_input:
@@ -129,10 +129,11 @@ class Warmer:
                 prefix = ids[:length]
                 if prefix in chosen:
                     continue
-                if (sum(map(len, chosen)) + length) // block > room_blocks:
+                if chosen_blocks + length // block > room_blocks:
                     skipped += 1
                     continue
                 chosen[prefix] = None
+                chosen_blocks += length // block
         return list(chosen), skipped
 
     def start(self, nodes: Sequence[LLMNode], instances: Sequence[Instance] = ()) -> None:
