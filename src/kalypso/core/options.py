@@ -157,3 +157,26 @@ class RunOptions:
         """A fresh policy object for one run (:data:`RELATIONAL_POLICY` if none was
         chosen)."""
         return get_policy(RELATIONAL_POLICY if self.policy is None else self.policy)
+
+
+def run_options(
+    options: RunOptions | None, option_values: dict[str, Any], **defaults: Any
+) -> RunOptions:
+    """A front end's options: ``options`` as given, or built from its keyword fields
+    ``option_values`` over ``defaults``.
+
+    Raises:
+        PlanError: both given, an unknown field, or ``options`` not a :class:`RunOptions`.
+    """
+    if options is None:
+        try:
+            options = RunOptions(**{**defaults, **option_values})
+        except TypeError as exc:
+            raise PlanError(f"arun: {exc}") from None
+    elif option_values:
+        raise PlanError(
+            f"pass either options= or keyword options, not both: {sorted(option_values)}"
+        )
+    if not isinstance(options, RunOptions):
+        raise PlanError(f"options must be a RunOptions, got {options!r}")
+    return options

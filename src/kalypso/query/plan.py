@@ -34,7 +34,7 @@ from kalypso.core.errors import PlanError, QueryError
 from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.graph import TaskGraph
 from kalypso.core.ledger import KVLedger
-from kalypso.core.options import RELATIONAL_POLICY, RunOptions
+from kalypso.core.options import RELATIONAL_POLICY, RunOptions, run_options
 from kalypso.core.progress import ProgressView
 from kalypso.core.prompt import ChatLayout
 from kalypso.core.report import PipelineReport
@@ -339,22 +339,12 @@ class Table:
         engine's tokenizer). Pass one to share its memoized message boundaries and static
         texts between runs on one engine; its ``builds`` counter counts the prompts built
         (each call's prompt is built exactly once, its continuations reuse it)."""
-        if options is None:
-            if "max_retries" in option_values:
-                raise PlanError(
-                    "arun: max_retries is now max_continuations (a call that reaches its"
-                    " output bound is continued, not retried from scratch)"
-                )
-            try:
-                options = RunOptions(**option_values)
-            except TypeError as exc:
-                raise PlanError(f"arun: {exc}") from None
-        elif option_values:
+        if "max_retries" in option_values:
             raise PlanError(
-                f"pass either options= or keyword options, not both: {sorted(option_values)}"
+                "arun: max_retries is now max_continuations (a call that reaches its"
+                " output bound is continued, not retried from scratch)"
             )
-        if not isinstance(options, RunOptions):
-            raise PlanError(f"options must be a RunOptions, got {options!r}")
+        options = run_options(options, option_values)
         for name in ("alpha", "beta", "near_tie_margin", "deadlock_check_s"):
             if not math.isfinite(getattr(options, name)):
                 raise PlanError(f"{name} must be a finite number, got {getattr(options, name)!r}")

@@ -23,7 +23,7 @@ from kalypso.core.errors import PlanError
 from kalypso.core.graph import LLMNode, Node
 from kalypso.core.instance import Instance
 from kalypso.core.instance_window import InstancePeak, instance_peak, llm_levels
-from kalypso.core.options import WORKFLOW_POLICY, RunOptions
+from kalypso.core.options import WORKFLOW_POLICY, RunOptions, run_options
 from kalypso.core.policies import PlanInfo, Policy
 from kalypso.core.prompt import ChatLayout
 from kalypso.core.trt import TemplatedRadixTree
@@ -241,17 +241,7 @@ def plan(
     flows = [workflows] if isinstance(workflows, Workflow) else list(workflows)
     if not flows or not all(isinstance(w, Workflow) for w in flows):
         raise PlanError(f"expected a Workflow or a list of them, got {workflows!r}")
-    if options is None:
-        try:
-            options = RunOptions(**{"system_prompt": DEFAULT_SYSTEM, **option_values})
-        except TypeError as exc:
-            raise PlanError(f"arun: {exc}") from None
-    elif option_values:
-        raise PlanError(
-            f"give options or their fields as keywords, not both: {sorted(option_values)}"
-        )
-    if not isinstance(options, RunOptions):
-        raise PlanError(f"options must be a RunOptions, got {options!r}")
+    options = run_options(options, option_values, system_prompt=DEFAULT_SYSTEM)
     if engine is None or isinstance(engine, type) or not isinstance(engine, Engine):
         raise PlanError(
             f"a workflow runs on an engine (kalypso.engine.protocol.Engine), got {engine!r}"
