@@ -18,7 +18,7 @@ then rendered with the template's end-of-turn and loses its last block. Tokens a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kalypso.core.graph import LLMNode, Slot, Text
@@ -28,21 +28,28 @@ Item = int | tuple[str, str]
 """A token id, or ``("slot", source)`` for a placeholder."""
 
 
-def template(node: LLMNode, layout: ChatLayout) -> tuple[Item, ...]:
-    """``node``'s prompt as items: boundary and static token ids, slot placeholders."""
-    roles = tuple(m.role for m in node.messages)
-    bounds = layout.boundaries(roles)
+def walk_prompt(
+    node: LLMNode, layout: ChatLayout, slot: Callable[[Slot], Sequence[Item] | None]
+) -> tuple[tuple[Item, ...], bool]:
+    """``node``'s prompt as items: its boundary and static token ids, and ``slot(part)``
+    for each slot; the walk stops at the first slot for which that is None. Returns the
+    items and whether the walk reached the prompt's end."""
+    bounds = layout.boundaries(tuple(m.role for m in node.messages))
     items: list[Item] = []
     for boundary, message in zip(bounds, node.messages, strict=False):
         items.extend(boundary)
         for part in message.parts:
-            if isinstance(part, Text):
-                items.extend(layout.text_ids(part.text))
-            else:
-                assert isinstance(part, Slot)
-                items.append(("slot", part.source.describe()))
+            filled = layout.text_ids(part.text) if isinstance(part, Text) else slot(part)
+            if filled is None:
+                return tuple(items), False
+            items.extend(filled)
     items.extend(bounds[-1])
-    return tuple(items)
+    return tuple(items), True
+
+
+def template(node: LLMNode, layout: ChatLayout) -> tuple[Item, ...]:
+    """``node``'s prompt as items: boundary and static token ids, slot placeholders."""
+    return walk_prompt(node, layout, lambda part: [("slot", part.source.describe())])[0]
 
 
 @dataclass(eq=False)

@@ -30,10 +30,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kalypso.core.graph import LLMNode, Text
+from kalypso.core.graph import LLMNode, Slot
 from kalypso.core.instance import Instance
 from kalypso.core.prompt import ChatLayout, TokenIds
-from kalypso.core.trt import TemplatedRadixTree
+from kalypso.core.trt import TemplatedRadixTree, walk_prompt
 from kalypso.engine.protocol import Engine, GenerateRequest
 
 logger = logging.getLogger(__name__)
@@ -53,18 +53,12 @@ def known_prefix_ids(node: LLMNode, instance: Instance, layout: ChatLayout) -> T
     prompt, which that call computes)."""
     if node.continue_from is not None:
         return None
-    bounds = layout.boundaries(tuple(m.role for m in node.messages))
-    out: list[int] = []
-    for boundary, message in zip(bounds, node.messages, strict=False):
-        out.extend(boundary)
-        for part in message.parts:
-            if isinstance(part, Text):
-                out.extend(layout.text_ids(part.text))
-            elif part.source.ready(instance):
-                out.extend(part.source.ids(instance, layout))
-            else:
-                return tuple(out)
-    return None
+
+    def ready_ids(part: Slot) -> TokenIds | None:
+        return part.source.ids(instance, layout) if part.source.ready(instance) else None
+
+    items, complete = walk_prompt(node, layout, ready_ids)
+    return None if complete else tuple(int(i) for i in items if isinstance(i, int))
 
 
 @dataclass
