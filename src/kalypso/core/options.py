@@ -108,7 +108,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         try:
-            policy = get_policy(RELATIONAL_POLICY if self.policy is None else self.policy)
+            policy = self.resolved_policy()
         except PolicyError as exc:
             raise PlanError(str(exc)) from None
         if self.pinning not in ("virtual", "explicit"):

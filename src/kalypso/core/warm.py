@@ -70,6 +70,33 @@ class WarmReport:
     failed: int = 0
 
 
+@dataclass(frozen=True)
+class WarmChoice:
+    """The prefixes a run warms: ``static`` ones, then each query's ``known`` ones; and
+    how many known prefixes were ``skipped`` for room (:data:`QUERY_WARM_FRACTION`)."""
+
+    static: list[tuple[int, ...]]
+    known: list[tuple[int, ...]]
+    skipped: int
+
+    def describe(self, least_tokens: int, block_tokens: int) -> str:
+        """One line for ``explain()``; ``least_tokens`` is the shortest prefix warmed."""
+        if not self.static and not self.known and not self.skipped:
+            return (
+                f"nothing to warm: no prefix of {least_tokens} tokens or more"
+                f" (whole {block_tokens}-token blocks)"
+            )
+        parts = [f"{len(self.static)} static prefixes ({sum(map(len, self.static))} tokens)"]
+        if self.known or self.skipped:
+            parts.append(
+                f"{len(self.known)} known prefixes of cacheable calls"
+                f" ({sum(map(len, self.known))} tokens"
+                + (f"; {self.skipped} more left out for room" if self.skipped else "")
+                + ")"
+            )
+        return " and ".join(parts) + ", prefilled at low priority (counted in the run's time)"
+
+
 @dataclass
 class Warmer:
     """Warms the static prefixes of ``nodes`` on ``engine`` (see the module docstring)."""
@@ -82,32 +109,26 @@ class Warmer:
     report: WarmReport = field(default_factory=WarmReport)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    def prefixes(self, nodes: Sequence[LLMNode]) -> list[tuple[int, ...]]:
-        """The distinct static prefixes worth warming, cut to whole blocks."""
-        tree = TemplatedRadixTree.of(nodes, self.layout)
-        block = self.engine.capacity.block_size_tokens
-        out: dict[tuple[int, ...], None] = {}
+    def choose(
+        self, tree: TemplatedRadixTree, nodes: Sequence[LLMNode], instances: Sequence[Instance]
+    ) -> WarmChoice:
+        """What to warm (see the module docstring): the distinct static prefixes of
+        ``nodes`` (``tree`` is their templated radix tree), then the known prefixes of the
+        ``warm_input`` nodes' calls, in batch order, all cut to whole blocks. A call whose
+        every input exists at the start is left out: it can run at once."""
+        capacity = self.engine.capacity
+        block = capacity.block_size_tokens
+        least = max(self.min_tokens, block)
+        static: dict[tuple[int, ...], None] = {}
         for node in nodes:
             length = tree.static_prefix_tokens(node.node_id)
             length -= length % block
-            if length >= max(self.min_tokens, block):
-                ids = tree.templates[node.node_id][:length]
-                out[tuple(int(i) for i in ids if isinstance(i, int))] = None
-        return list(out)
-
-    def query_prefixes(
-        self, nodes: Sequence[LLMNode], instances: Sequence[Instance]
-    ) -> tuple[list[tuple[int, ...]], int]:
-        """The known prefixes of the ``warm_input`` nodes' calls worth warming (see the
-        module docstring), cut to whole blocks, in batch order; and how many more were
-        left out because they did not fit in :data:`QUERY_WARM_FRACTION` of the cache.
-        A call whose every input exists at the start is left out: it can run at once."""
-        capacity = self.engine.capacity
-        block = capacity.block_size_tokens
+            if length >= least:
+                items = tree.templates[node.node_id][:length]
+                static[tuple(int(i) for i in items if isinstance(i, int))] = None
         room_blocks = int(capacity.num_blocks * QUERY_WARM_FRACTION)
-        static = TemplatedRadixTree.of(nodes, self.layout)
-        chosen: dict[tuple[int, ...], None] = {}
-        chosen_blocks = skipped = 0
+        known: dict[tuple[int, ...], None] = {}
+        known_blocks = skipped = 0
         for instance in instances:
             for node in nodes:
                 if not node.warm_input:
@@ -116,25 +137,22 @@ class Warmer:
                 if ids is None:
                     continue
                 length = len(ids) - len(ids) % block
-                if length < max(self.min_tokens, block):
-                    continue
-                if length <= static.static_prefix_tokens(node.node_id):
-                    continue  # nothing beyond what the static warm-up computes
+                if length < least or length <= tree.static_prefix_tokens(node.node_id):
+                    continue  # too short, or nothing beyond the static warm-up
                 prefix = ids[:length]
-                if prefix in chosen:
+                if prefix in known:
                     continue
-                if chosen_blocks + length // block > room_blocks:
+                if known_blocks + length // block > room_blocks:
                     skipped += 1
                     continue
-                chosen[prefix] = None
-                chosen_blocks += length // block
-        return list(chosen), skipped
+                known[prefix] = None
+                known_blocks += length // block
+        return WarmChoice(list(static), list(known), skipped)
 
-    def start(self, nodes: Sequence[LLMNode], instances: Sequence[Instance] = ()) -> None:
+    def start(self, choice: WarmChoice) -> None:
         """Send the warm-up requests, static prefixes first (they run while the workflow
         starts)."""
-        queries, _ = self.query_prefixes(nodes, instances)
-        for number, prefix in enumerate([*self.prefixes(nodes), *queries]):
+        for number, prefix in enumerate([*choice.static, *choice.known]):
             self._tasks.append(asyncio.create_task(self._warm(number, prefix)))
 
     async def _warm(self, number: int, prefix: tuple[int, ...]) -> None:

@@ -27,7 +27,7 @@ from kalypso.core.options import WORKFLOW_POLICY, RunOptions, run_options
 from kalypso.core.policies import PlanInfo, Policy
 from kalypso.core.prompt import ChatLayout
 from kalypso.core.trt import TemplatedRadixTree
-from kalypso.core.warm import Warmer
+from kalypso.core.warm import WarmChoice, Warmer
 from kalypso.engine.protocol import Engine
 from kalypso.workflow.analysis import call_costs
 from kalypso.workflow.dsl import Workflow
@@ -142,7 +142,8 @@ def measure_instance_peak(
 class WorkflowPlan:
     """One run's plan: what :func:`~kalypso.workflow.run.arun` runs, built before its first
     call. ``policy`` is prepared for this run (its order and window are built) and is
-    used by one run only; ``warmer`` is None when warming is off."""
+    used by one run only; ``warmer`` and ``warm`` (what it warms) are None when warming
+    is off."""
 
     flows: tuple[Workflow, ...]
     lowered: Lowered
@@ -154,7 +155,10 @@ class WorkflowPlan:
     info: PlanInfo
     owner: str
     engine_name: str
+    tree: TemplatedRadixTree
+    """The LLM nodes' templated radix tree."""
     warmer: Warmer | None
+    warm: WarmChoice | None
     planning_s: float
     """Seconds the plan took (counted in the run's time)."""
 
@@ -189,7 +193,7 @@ class WorkflowPlan:
             ),
             f"  proactive prefix caching: {self._warming()}",
             graph.explain(),
-            TemplatedRadixTree.of(self.llm_nodes, self.layout).explain(),
+            self.tree.explain(),
             f"schedule (policy {self.policy.name}):",
             *(f"  {line}" for line in self.policy.explain().splitlines()),
         ]
@@ -201,25 +205,10 @@ class WorkflowPlan:
         return self.lowered.canon.rewrites.describe()
 
     def _warming(self) -> str:
-        if self.warmer is None:
+        if self.warm is None:
             return "off"
-        static = self.warmer.prefixes(self.llm_nodes)
-        queries, skipped = self.warmer.query_prefixes(self.llm_nodes, self.instances)
-        if not static and not queries and not skipped:
-            block = self.info.block_size_tokens
-            least = max(self.switches.warm_min_tokens, block)
-            return (
-                f"nothing to warm: no prefix of {least} tokens or more (whole {block}-token blocks)"
-            )
-        parts = [f"{len(static)} static prefixes ({sum(map(len, static))} tokens)"]
-        if queries or skipped:
-            parts.append(
-                f"{len(queries)} known prefixes of cacheable calls"
-                f" ({sum(map(len, queries))} tokens"
-                + (f"; {skipped} more left out for room" if skipped else "")
-                + ")"
-            )
-        return " and ".join(parts) + ", prefilled at low priority (counted in the run's time)"
+        block = self.info.block_size_tokens
+        return self.warm.describe(max(self.switches.warm_min_tokens, block), block)
 
 
 def plan(
@@ -266,11 +255,14 @@ def plan(
     )
     policy.prepare(info)
     owner = options.query_id or f"w{uuid.uuid4().hex[:8]}"
-    warmer = None
+    nodes = [n for n in lowered.graph.nodes if isinstance(n, LLMNode)]
+    tree = TemplatedRadixTree.of(nodes, layout)
+    warmer = warm = None
     if switches.warm:
         warmer = Warmer(
             engine, layout, owner, switches.warm_min_tokens, pin=options.pinning == "explicit"
         )
+        warm = warmer.choose(tree, nodes, instances)
     return WorkflowPlan(
         flows=tuple(flows),
         lowered=lowered,
@@ -282,6 +274,8 @@ def plan(
         info=info,
         owner=owner,
         engine_name=engine.name,
+        tree=tree,
         warmer=warmer,
+        warm=warm,
         planning_s=time.monotonic() - started,
     )

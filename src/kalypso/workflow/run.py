@@ -181,8 +181,8 @@ async def arun(
 
     try:
         programs = root_programs(flow, planned.instances, state.program_context())
-        if warmer is not None:
-            warmer.start(planned.llm_nodes, planned.instances)
+        if warmer is not None and planned.warm is not None:
+            warmer.start(planned.warm)
         with ProgressView(enabled=options.progress, hit_rate=hit_rate) as view:
             runner.on_update = lambda views: view.update(1, views)
             done = await runner.run(programs)
