@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from kalypso.engine.protocol import GenerateRequest, GenerateResult, Tokenizer
 from kalypso.engine.sim import SimEngine, SimOutputModel, WordTokenizer
 from kalypso.engine.sim.outputs import SimCompletion
 from kalypso.query import IndexJoin, QueryResult, SemExtract, Table
+from kalypso.query.index import VectorIndex
 
 POLICIES = ("operator-at-a-time", "pipelined")
 
@@ -784,3 +786,37 @@ async def test_retrieval_and_indexed_join_on_the_embedding_model(
 
     # one index per distinct corpus, reused by later plans over the same table
     assert shared_index_cache().builds - builds_before == 2
+
+
+async def test_host_work_is_announced_to_the_engine(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index lookups of an indexed join run in a thread, inside the engine's
+    ``host_work`` (the simulator holds its clock meanwhile: ``tests/sim``), so a slower
+    host gives the same virtual time and the same steps."""
+    plan = (
+        kalypso.table(ARTICLES, name="articles")
+        .sem_map("List the reactions the {article} reports.", "reactions", max_tokens=24)
+        .sem_join(
+            kalypso.table(REACTIONS, name="reactions"),
+            "Does the {article} describe the adverse drug reaction {reaction}?",
+            index=IndexJoin("{reactions}", "reaction", k=3),
+        )
+    )
+    fast = make_engine(profile="smollm2-cpu-f32")
+    expected = await plan.arun(fast)
+    select_many = VectorIndex.select_many
+    held: list[int] = []
+
+    def slow_select(self: VectorIndex, *args: Any, **kwargs: Any) -> Any:
+        held.append(slow.host_work_held)
+        time.sleep(0.1)  # a host a lot slower than the engine's steps
+        return select_many(self, *args, **kwargs)
+
+    monkeypatch.setattr(VectorIndex, "select_many", slow_select)
+    slow = make_engine(profile="smollm2-cpu-f32")
+    result = await plan.arun(slow)
+    pd.testing.assert_frame_equal(result.frame, expected.frame)
+    assert held and min(held) >= 1  # every lookup ran inside host_work
+    assert (slow.now_s, slow.num_steps) == (fast.now_s, fast.num_steps)
+    assert by_op(result)["3:sem_join"].calls == 6

@@ -4,6 +4,7 @@ pins, the virtual clock and errors. Pools are tiny (16 blocks of 4 tokens) and c
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -422,3 +423,24 @@ async def test_a_continued_request_goes_on_with_the_uninterrupted_output() -> No
     rest = await ask(prompt + head + middle, 40, 3)
     assert head + middle + rest == whole
     await engine.close()
+
+
+def test_the_clock_stands_still_while_the_host_works() -> None:
+    """While a caller holds ``host_work`` (a Python step in a thread), no step runs and the
+    virtual clock does not move; the request goes on once it is released."""
+
+    async def scenario() -> tuple[float, int, float, int, GenerateResult]:
+        engine = make_engine()
+        with engine.host_work():
+            assert engine.host_work_held == 1
+            pending = asyncio.create_task(engine.generate(make_request("a", range(6), 5)))
+            await asyncio.to_thread(time.sleep, 0.05)
+            for _ in range(50):
+                await asyncio.sleep(0)
+            held_at = (engine.now_s, engine.num_steps)
+        result = await pending
+        return (*held_at, engine.now_s, engine.num_steps, result)
+
+    held_s, held_steps, end_s, steps, result = run(scenario())
+    assert (held_s, held_steps) == (0.0, 0)
+    assert steps == 5 and end_s > 0 and result.output_tokens == 5

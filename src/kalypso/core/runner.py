@@ -56,6 +56,7 @@ from kalypso.engine.protocol import (
     EngineTimeoutError,
     GenerateRequest,
     GenerateResult,
+    host_work,
 )
 
 logger = logging.getLogger(__name__)
@@ -335,7 +336,8 @@ class PipelineRunner:
                 op_id = step.node.op_id
                 if isinstance(step, FnStep):
                     if step.node.blocking:
-                        await asyncio.to_thread(program.run_fn, step)
+                        with host_work(self.state.engine):
+                            await asyncio.to_thread(program.run_fn, step)
                     else:
                         program.run_fn(step)
                     continue
@@ -345,7 +347,8 @@ class PipelineRunner:
                     return
             if getattr(program, "expands_off_loop", False):
                 op_id = "fan-out"
-                await asyncio.to_thread(program.prepare_children)  # type: ignore[attr-defined]
+                with host_work(self.state.engine):
+                    await asyncio.to_thread(program.prepare_children)  # type: ignore[attr-defined]
         except (asyncio.CancelledError, TaskFailed):
             raise
         except Exception as exc:

@@ -19,7 +19,8 @@ in arrival order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -318,6 +319,33 @@ class Engine(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class HostWorkAware(Protocol):
+    """An engine that must know when its caller works off the event loop.
+
+    Only the simulator needs it: its virtual clock advances one engine step at a time,
+    whatever the host does meanwhile, so a Python step running in a thread (an index
+    lookup, a blocking function) would otherwise be charged as the many steps the engine
+    takes, nearly empty, while it runs, and virtual times would depend on the host's
+    speed. Real engines overlap such work with their steps and do not implement this.
+    """
+
+    def host_work(self) -> contextlib.AbstractContextManager[None]:
+        """Held while the caller runs work that will feed the engine (see the class)."""
+        ...
+
+
+@contextlib.contextmanager
+def host_work(engine: object) -> Iterator[None]:
+    """``engine.host_work()`` for a :class:`HostWorkAware` engine, else nothing: wrap a
+    Python step run off the event loop in it."""
+    if isinstance(engine, HostWorkAware):
+        with engine.host_work():
+            yield
+    else:
+        yield
 
 
 def as_finish_reason(value: object, request_id: str) -> FinishReason:

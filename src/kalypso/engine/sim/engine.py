@@ -16,6 +16,13 @@ time: a step costs only the Python work to simulate it. All times it reports (re
 timings, :attr:`SimEngine.now_s`, the per-phase totals of :meth:`SimEngine.stats`) are
 virtual seconds since the engine was created.
 
+Work the caller runs off the event loop (a Python step in a thread: an index lookup, a
+blocking function) takes no virtual time: while any is held with :meth:`SimEngine.host_work`,
+the step loop does not step. A real engine keeps stepping beside such work, but its steps
+are milliseconds of wall time there, against about a tenth of a millisecond here, so the
+simulator would otherwise charge each thread's wall time as hundreds of nearly empty
+steps, and virtual times would depend on the host's speed.
+
 Timeouts are the exception: ``GenerateRequest.timeout_s`` (else the engine's
 ``default_timeout_s``) counts *wall-clock* seconds, because the virtual clock stands still
 while nothing can run (a request pins keep out, a stalled step loop), which is exactly when
@@ -29,6 +36,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Iterator
 
 from kalypso.engine.blocks import blocks_for
 from kalypso.engine.protocol import (
@@ -142,6 +150,8 @@ class SimEngine:
         self._now_s = 0.0
         self.num_steps = 0
         self._wake: asyncio.Event | None = None
+        self._host_work = 0
+        """Callers' threads running now (:meth:`host_work`): no step while any runs."""
         self._loop_task: asyncio.Task[None] | None = None
         self._closed_reason: str | None = None
 
@@ -274,6 +284,23 @@ class SimEngine:
             self._cut[hash(request.prompt_token_ids + completion.token_ids)] = (prompt, generated)
         return completion
 
+    @property
+    def host_work_held(self) -> int:
+        """Callers' work off the event loop running now (:meth:`host_work`)."""
+        return self._host_work
+
+    @contextlib.contextmanager
+    def host_work(self) -> Iterator[None]:
+        """Hold the virtual clock while the caller runs work off the event loop (see the
+        module docstring); the step loop goes on when the last such work ends."""
+        self._host_work += 1
+        try:
+            yield
+        finally:
+            self._host_work -= 1
+            if self._host_work == 0 and self._wake is not None:
+                self._wake.set()
+
     async def stats(self) -> EngineStats:
         """Scheduler and cache counters; ``prefill_time_s`` and ``decode_time_s`` are sums
         over finished requests of their virtual prefill (first scheduled to first token)
@@ -338,7 +365,7 @@ class SimEngine:
         assert self._wake is not None
         try:
             while True:
-                if not self._scheduler.has_work:
+                if not self._scheduler.has_work or self._host_work:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
