@@ -11,7 +11,8 @@ with the ground truth to score each run's answers.
   adverse reactions) -> indexed join against the table of reaction terms (FAISS over
   MiniLM embeddings of the extracted list, top 5 per article; a candidate closer than
   ``accept_below`` is accepted and one farther than ``reject_above`` rejected without an
-  LLM call, the LLM predicate decides in between); two stages.
+  LLM call, the LLM predicate decides in between); two stages. At paper scale, top 13 and
+  the LLM decides every candidate (:data:`BIODEX_PAPER_K`).
 * ``fever``: claims -> sem_map (a search query) -> index_search (top 5 passages of the
   corpus) -> sem_filter (is the claim contradicted? kept when not); one stage.
 
@@ -244,6 +245,11 @@ BIODEX_MAP = "List the adverse drug reactions the {text} reports, comma-separate
 BIODEX_JOIN = "Is the adverse reaction {term} absent from the {text}?"
 BIODEX_ACCEPT_BELOW = 0.42
 BIODEX_REJECT_ABOVE = 0.50
+BIODEX_PAPER_K = 13
+"""Candidates per article at paper scale: the paper's Kalypso made 7,016 calls for 500
+articles (Table 2), 500 maps and about 13 join calls per article. Paper scale runs on the
+simulator, whose generated text means nothing, so a vector distance cannot decide a
+candidate there: every candidate goes to the LLM (no thresholds), 500 + 6,500 calls."""
 
 
 def biodex(
@@ -253,14 +259,16 @@ def biodex(
     *,
     join: str = BIODEX_JOIN,
     negate: bool = True,
-    accept_below: float = BIODEX_ACCEPT_BELOW,
-    reject_above: float = BIODEX_REJECT_ABOVE,
+    accept_below: float | None = BIODEX_ACCEPT_BELOW,
+    reject_above: float | None = BIODEX_REJECT_ABOVE,
 ) -> Workload:
     # 2,015 words is about 2,680 tokens, the paper's mean article.
+    k = 5
     if scale == "quick":
         data = biodex_data.generate(n=n or 4, seed=seed, target_words=2015)
     else:
         data = biodex_data.generate(n=n or 500, seed=seed, target_words=2015, n_terms=11271)
+        k, accept_below, reject_above = BIODEX_PAPER_K, None, None
     articles = data.articles[["article_id", "text"]]
     terms = data.reaction_terms[["term"]]
     plan = (
@@ -273,7 +281,7 @@ def biodex(
             index=kalypso.IndexJoin(
                 left="{reactions}",
                 right_column="term",
-                k=5,
+                k=k,
                 accept_below=accept_below,
                 reject_above=reject_above,
             ),

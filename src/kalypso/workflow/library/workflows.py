@@ -18,7 +18,7 @@ trading    analysts -> bull/bear debate -> trader chains with a risk debate ->
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kalypso.workflow import dsl as wf
@@ -78,6 +78,26 @@ PAPER = {
 }
 
 
+@dataclass(frozen=True)
+class QAData:
+    """Questions over shared contexts and the agents' system prompt: what ``mapred`` and
+    ``debate`` read in place of the bundled filings (the Helium paper's Figure 10 builds
+    such data at given token lengths; ``bench.shapes``). No answers are known."""
+
+    system: str
+    context: tuple[str, ...]
+    question: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.context or len(self.context) != len(self.question):
+            raise ValueError(
+                f"{len(self.context)} contexts for {len(self.question)} questions: one each"
+            )
+
+    def inputs(self) -> dict[str, list[str]]:
+        return {"context": list(self.context), "question": list(self.question)}
+
+
 def _qa_inputs(sizes: Sizes) -> tuple[dict[str, list[str]], list[str]]:
     per = 3
     docs = filings(-(-sizes.queries // per), per, sentences=sizes.context_sentences)
@@ -91,12 +111,14 @@ def _qa_inputs(sizes: Sizes) -> tuple[dict[str, list[str]], list[str]]:
     return {"context": contexts[:q], "question": questions[:q]}, answers[:q]
 
 
-def mapred(sizes: Sizes) -> Workload:
+def mapred(sizes: Sizes, data: QAData | None = None) -> Workload:
+    """``sizes.agents`` experts and a summary; ``data`` replaces the bundled filings and
+    the experts' system prompt."""
     context, question = wf.input("context"), wf.input("question")
     experts = [
         wf.llm(
             wf.chat(
-                wf.system(EXPERT_SYSTEM),
+                wf.system(EXPERT_SYSTEM if data is None else data.system),
                 wf.user(
                     "Context: ",
                     context,
@@ -128,10 +150,11 @@ def mapred(sizes: Sizes) -> Workload:
         max_tokens=sizes.max_tokens,
         name="summary",
     )
+    flow = wf.Workflow({"answer": summary}, name="mapred")
+    if data is not None:
+        return Workload("mapred", (flow,), (data.inputs(),))
     inputs, answers = _qa_inputs(sizes)
-    return Workload(
-        "mapred", (wf.Workflow({"answer": summary}, name="mapred"),), (inputs,), {"answer": answers}
-    )
+    return Workload("mapred", (flow,), (inputs,), {"answer": answers})
 
 
 DEBATE_SYSTEM = "You are a helpful AI Assistant."
@@ -141,11 +164,13 @@ REVISE = (
 )
 
 
-def debate(sizes: Sizes) -> Workload:
+def debate(sizes: Sizes, data: QAData | None = None) -> Workload:
+    """``sizes.agents`` agents debating ``sizes.rounds`` rounds; ``data`` replaces the
+    bundled filings and the agents' system prompt."""
     context, question = wf.input("context"), wf.input("question")
     convs = [
         wf.chat(
-            wf.system(DEBATE_SYSTEM),
+            wf.system(DEBATE_SYSTEM if data is None else data.system),
             wf.user(
                 "Context: ",
                 context,
@@ -170,14 +195,11 @@ def debate(sizes: Sizes) -> Workload:
             )
             revised.append(wf.llm(convs[i], max_tokens=sizes.max_tokens, name=f"agent{i}_r{r}"))
         answers = revised
+    flow = wf.Workflow({f"agent{i}": a for i, a in enumerate(answers)}, name="debate")
+    if data is not None:
+        return Workload("debate", (flow,), (data.inputs(),))
     inputs, truth = _qa_inputs(sizes)
-    outputs = {f"agent{i}": a for i, a in enumerate(answers)}
-    return Workload(
-        "debate",
-        (wf.Workflow(outputs, name="debate"),),
-        (inputs,),
-        {f"agent{i}": truth for i in range(sizes.agents)},
-    )
+    return Workload("debate", (flow,), (inputs,), {f"agent{i}": truth for i in range(sizes.agents)})
 
 
 ANALYST = (
@@ -497,7 +519,7 @@ def trading(sizes: Sizes) -> Workload:
     return Workload("trading", (day1, day2), (inputs1, inputs2))
 
 
-BUILDERS = {
+BUILDERS: dict[str, Callable[[Sizes], Workload]] = {
     "mapred": mapred,
     "debate": debate,
     "reflect": reflect,
