@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kalypso.engine.cost_fit import fit_nonnegative
+
 KINDS = ("prefill", "mixed", "decode")
 
 
@@ -99,15 +101,7 @@ class StepCost:
         Raises:
             ValueError: as :meth:`fit`.
         """
-        x, y = _design(steps, seconds)
-        best, best_error = np.zeros(4), float(np.sum(y**2))
-        for mask in range(1, 16):
-            free = [i for i in range(4) if mask >> i & 1]
-            c = np.zeros(4)
-            c[free] = np.linalg.lstsq(x[:, free], y, rcond=None)[0]
-            error = float(np.sum((x @ c - y) ** 2))
-            if (c >= 0).all() and error < best_error:
-                best, best_error = c, error
+        best = fit_nonnegative(*_design(steps, seconds))
         return cls(float(best[0]), float(best[1]), float(best[2]), float(best[3]))
 
     def parts_s(self, steps: Sequence[dict[str, float]]) -> dict[str, float]:

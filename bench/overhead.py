@@ -56,6 +56,10 @@ class InstantEngine:
     def supports_pinning(self) -> bool:
         return False
 
+    @property
+    def cost_model(self) -> None:
+        return None
+
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         self.requests += 1
         await asyncio.sleep(0)

@@ -35,9 +35,9 @@ from rich.table import Table as RichTable
 
 from bench.clock import engine_clock_s
 from bench.external_run import ExternalRun
-from bench.host import describe_host
 from bench.prefill_floor import PrefillCost, measure_prefill_cost
 from bench.workloads import Workload
+from kalypso.engine.host import describe_host
 from kalypso.engine.protocol import Engine, EngineStats
 from kalypso.engine.warm_up import warm_up
 from kalypso.query.plan import QueryResult, compare_decisions
@@ -91,7 +91,7 @@ class BenchRecord:
     preemptions: int = 0
     """Running requests the engine preempted during the run (recomputed later)."""
     host: str = ""
-    """The machine (:func:`bench.host.describe_host`): ratios do not carry across hosts."""
+    """The machine (:func:`kalypso.engine.host.describe_host`): ratios do not carry across hosts."""
     min_attention_pairs: int = 0
     """Query-key pairs the attention of ``min_prefill_tokens`` computes (0 in records
     written before it was counted)."""

@@ -55,10 +55,10 @@ from pydantic import ValidationError
 from bench.clock import engine_clock_s
 from bench.engine_steps import runs_path
 from bench.external_run import ExternalRun, runner_env
-from bench.host import describe_host
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import PolicyError, get_policy
 from kalypso.core.result_cache import PromptResultCache
+from kalypso.engine.host import describe_host
 from kalypso.engine.open import EngineSpec, open_engine
 from kalypso.engine.protocol import Engine
 from kalypso.engine.vllm_settings import VLLMSettings
@@ -152,7 +152,7 @@ class WorkflowRecord:
     accuracy: float | None
     """Mean over outputs with known answers (the first number is the answer)."""
     host: str = ""
-    """The machine (:func:`bench.host.describe_host`): ratios do not carry across hosts."""
+    """The machine (:func:`kalypso.engine.host.describe_host`): ratios do not carry across hosts."""
     requests: int = 0
     """Engine requests (calls and their continuations; 0 for LangGraph)."""
     min_attention_pairs: int = 0

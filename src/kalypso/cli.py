@@ -2,8 +2,9 @@
 
 kalypso models prepare [--force]      install and convert the bundled model (idempotent)
 kalypso models path                   print the bundled model's folder
-kalypso engine serve [options]        run a vLLM server on loopback until Ctrl-C
-                                      (--admin-endpoints for prefix-cache resets)
+kalypso engine serve [options]        run a vLLM server on loopback until Ctrl-C, and print
+                                      its cost model (--admin-endpoints for cache resets)
+kalypso engine calibrate [options]    measure what a step costs here (in-process vLLM)
 kalypso demo [options]                the main job (see README)
 kalypso workflow run NAME [options]   a library workflow (Helium's), with a per-node report
 kalypso workflow explain NAME [...]   its plan: DAG, rewrites, radix tree, schedule
@@ -25,13 +26,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from kalypso.core.errors import PlanError, QueryError
+from kalypso.engine.cost_model import CostModel
 from kalypso.engine.protocol import EngineError
-from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings
+from kalypso.engine.quiet import output_to
+from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings, calibration_key
 from kalypso.models import (
     BUNDLED_MODEL_NAME,
     ModelNotReadyError,
     bundled_model_dir,
+    cache_dir,
     prepare_bundled_model,
+    resolve_model,
 )
 
 console = Console(stderr=True)
@@ -101,6 +106,15 @@ def cmd_engine_serve(args: argparse.Namespace) -> int:
         f"vLLM serving {server.served_model_name!r} at {server.base_url} (pid {server.pid},"
         f" {admin}, log {server.log_path}); Ctrl-C stops it"
     )
+    if args.calibrate:
+        try:
+            model = asyncio.run(_server_cost_model(server.base_url, settings))
+        except (EngineError, KeyboardInterrupt) as exc:
+            server.stop()
+            console.print(f"[red]calibration failed[/red]: {exc}")
+            return 2
+        shown = model.explain() if model is not None else "none (the engine is too small)"
+        console.print(f"cost model: {shown}")
     stop = False
 
     def _on_signal(signum: int, frame: object) -> None:
@@ -119,6 +133,54 @@ def cmd_engine_serve(args: argparse.Namespace) -> int:
         console.print(f"[red]the server exited with {server.process.returncode}[/red]")
         console.print(server.log_tail())
         return 1
+    return 0
+
+
+async def _server_cost_model(base_url: str, settings: VLLMSettings) -> CostModel | None:
+    """The started server's cost model: kept on disk for its settings and this host, else
+    measured now (a few seconds; every calibration request finishes before it returns)."""
+    from kalypso.engine.vllm_http import HTTPVLLMEngine
+
+    key = calibration_key(settings, resolve_model(settings.model), "vllm-http")
+    engine = await HTTPVLLMEngine.connect(
+        base_url, max_running_requests=settings.max_num_seqs, calibration_key=key
+    )
+    try:
+        return engine.cost_model
+    finally:
+        await engine.close()
+
+
+def cmd_engine_calibrate(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from kalypso.engine.calibration import FULL, QUICK, calibrate
+    from kalypso.engine.vllm_local import LocalVLLMEngine
+
+    plan = FULL if args.full else QUICK
+    settings = dataclasses.replace(
+        _settings(args),
+        deterministic=args.deterministic,
+        calibrate=False,
+        max_num_seqs=max(args.max_num_seqs, *plan.decode_batches),
+    )
+
+    async def measure() -> CostModel:
+        engine = await LocalVLLMEngine.start(settings)
+        try:
+            return (await calibrate(engine, plan)).model
+        finally:
+            await engine.close()
+
+    log_path = None if args.verbose else cache_dir() / "logs" / f"calibrate-{int(time.time())}.log"
+    with output_to(log_path):
+        model = asyncio.run(measure())
+    if log_path is not None:
+        console.print(f"vLLM's log: {log_path}")
+    console.print(f"cost model: {model.explain()}")
+    print(f"per_step_s={model.step_s:.6f}")
+    print(f"per_prefill_token_s={model.prefill_token_s:.8f}")
+    print(f"per_decode_token_s={model.decode_seq_s:.6f}")
     return 0
 
 
@@ -187,7 +249,26 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run in float32 (bf16 results depend on batch composition and cache hits)",
     )
+    serve.add_argument(
+        "--no-calibrate",
+        dest="calibrate",
+        action="store_false",
+        help="do not measure (or read) the engine's cost model once it is up",
+    )
     serve.set_defaults(func=cmd_engine_serve)
+    calibrate = engine.add_parser(
+        "calibrate",
+        help="measure what an engine step costs on this host (in-process vLLM) and print it",
+    )
+    _add_engine_options(calibrate, DEFAULT_KV_CACHE_BYTES)
+    calibrate.add_argument(
+        "--full",
+        action="store_true",
+        help="the long series, for a simulator profile (about a minute in float32 here)",
+    )
+    calibrate.add_argument("--deterministic", action="store_true", help="measure float32")
+    calibrate.add_argument("--verbose", action="store_true", help="show vLLM's own log")
+    calibrate.set_defaults(func=cmd_engine_calibrate)
 
     demo = sub.add_parser(
         "demo",

@@ -87,7 +87,7 @@ class FakeServer:
 
 async def _connect(server: FakeServer) -> HTTPVLLMEngine:
     return await HTTPVLLMEngine.connect(
-        URL, tokenizer=WordTokenizer(), transport=httpx.MockTransport(server)
+        URL, tokenizer=WordTokenizer(), transport=httpx.MockTransport(server), calibrate=False
     )
 
 
@@ -204,7 +204,11 @@ async def test_pin_key_blocks_and_softness_travel_in_vllm_xargs() -> None:
 
     server = FakeServer(answer)
     engine = await HTTPVLLMEngine.connect(
-        URL, tokenizer=WordTokenizer(), transport=httpx.MockTransport(server), pinning=True
+        URL,
+        tokenizer=WordTokenizer(),
+        transport=httpx.MockTransport(server),
+        pinning=True,
+        calibrate=False,
     )
     try:
         await engine.generate(_request("hard", pin_key="k1"))
@@ -286,6 +290,7 @@ async def test_the_engine_default_timeout_applies() -> None:
         tokenizer=WordTokenizer(),
         transport=httpx.MockTransport(FakeServer(hung)),
         default_timeout_s=0.2,
+        calibrate=False,
     )
     try:
         with pytest.raises(EngineTimeoutError):
@@ -314,6 +319,7 @@ async def test_connect_takes_the_servers_width_when_told() -> None:
         tokenizer=WordTokenizer(),
         transport=httpx.MockTransport(server),
         max_running_requests=16,
+        calibrate=False,
     )
     try:
         assert engine.capacity.max_running_requests == 16
@@ -335,5 +341,63 @@ async def test_reset_without_admin_endpoints_says_how_to_enable_them() -> None:
     try:
         with pytest.raises(UnsupportedFeatureError, match="--admin-endpoints"):
             await engine.reset_prefix_cache()
+    finally:
+        await engine.close()
+
+
+def _step_metrics(steps: int, computed: int, generated: int, running: int) -> str:
+    return METRICS.replace(
+        'vllm:num_requests_running{engine="0"} 0.0',
+        f'vllm:num_requests_running{{engine="0"}} {running}.0',
+    ) + (
+        "# TYPE vllm:iteration_tokens_total histogram\n"
+        f'vllm:iteration_tokens_total_count{{engine="0"}} {steps}.0\n'
+        f'vllm:iteration_tokens_total_sum{{engine="0"}} {computed + generated}.0\n'
+        "# TYPE vllm:prompt_tokens_by_source counter\n"
+        f'vllm:prompt_tokens_by_source_total{{engine="0",source="local_compute"}} {computed}.0\n'
+        'vllm:prompt_tokens_by_source_total{engine="0",source="local_cache_hit"} 999.0\n'
+        "# TYPE vllm:generation_tokens counter\n"
+        f'vllm:generation_tokens_total{{engine="0"}} {generated}.0\n'
+    )
+
+
+async def test_a_given_cost_model_is_refitted_from_the_servers_step_counters() -> None:
+    """Between two scrapes of a busy server, the steps it ran (its per-iteration token
+    histogram's count), the prompt tokens it computed and the tokens it generated, over
+    the seconds between, are one observation of the model; an idle scrape gives none."""
+    from kalypso.engine.cost_model import CostModel
+
+    scrapes = iter(
+        [
+            _step_metrics(0, 0, 0, running=2),
+            _step_metrics(100, 20_000, 1_000, running=3),
+            _step_metrics(100, 20_000, 1_000, running=0),  # idle: no observation
+            _step_metrics(150, 20_000, 2_000, running=5),
+        ]
+    )
+
+    class Scripted(FakeServer):
+        async def __call__(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/metrics" and self.calls.get("/v1/models"):
+                self.calls["/metrics"] = self.calls.get("/metrics", 0) + 1
+                if self.calls["/metrics"] > 1:  # the first read is the capacity's
+                    return httpx.Response(200, text=next(scrapes))
+            return await super().__call__(request)
+
+    given = CostModel(0.01, 0.0001, 0.001, source="given")
+    engine = await HTTPVLLMEngine.connect(
+        URL,
+        tokenizer=WordTokenizer(),
+        transport=httpx.MockTransport(Scripted(lambda r: asyncio.sleep(0))),  # type: ignore[arg-type,return-value]
+        cost_model=given,
+        max_running_requests=8,
+    )
+    try:
+        assert engine.cost_model == given.with_limits(None, 8)
+        for _ in range(4):
+            await engine.stats()
+        costs = engine._costs
+        assert costs is not None and (costs.samples, costs.steps) == (1, 100)
+        assert costs.refit().source == "given, refitted over 100 observed steps"
     finally:
         await engine.close()

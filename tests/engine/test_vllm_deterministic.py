@@ -60,3 +60,43 @@ async def test_deterministic_engine_runs_float32_with_a_cache_sized_for_it() -> 
         assert first[yes] == pytest.approx(second[yes], abs=1e-3)
     finally:
         await engine.close()
+
+
+async def test_calibration_leaves_the_engine_as_it_found_it_and_steps_refit_the_model() -> None:
+    """A calibration (what an engine runs at start when no model is kept for it) measures
+    positive costs, then leaves nothing running, held or cached, and the engine answers
+    as before; every step vLLM reports refits the model the engine was given."""
+    from kalypso.engine.batch import generate_all
+    from kalypso.engine.calibration import QUICK, calibrate
+    from kalypso.engine.cost_model import CostModel
+    from kalypso.engine.vllm_local import LocalVLLMEngine
+
+    given = CostModel(0.05, 0.003, 0.002, source="given")
+    settings = VLLMSettings(
+        kv_cache_bytes=64 * 2**20, max_num_seqs=8, deterministic=True, cost_model=given
+    )
+    engine = await LocalVLLMEngine.start(settings)
+    try:
+        assert engine.cost_model == given.with_limits(2048, 8)  # given: nothing measured
+        request = GenerateRequest("a", tuple(range(3000, 3300)), 12)
+        before = await engine.generate(request)
+        measured = (await calibrate(engine, QUICK)).model
+        assert min(measured.step_s, measured.prefill_token_s, measured.decode_seq_s) > 0
+        stats = await engine.stats()
+        assert (stats.running_requests, stats.waiting_requests, stats.kv_usage_fraction) == (
+            0,
+            0,
+            0.0,
+        )
+        after = await engine.generate(GenerateRequest("b", request.prompt_token_ids, 12))
+        assert after.output_token_ids == before.output_token_ids
+        assert after.cached_tokens == 0  # the calibration's reset: nothing of it is kept
+        # the steps of everything above (and of a batch) reach the model's online fit
+        batch = [GenerateRequest(f"c{i}", tuple(range(4000 + 50 * i, 4040 + 50 * i)), 24)
+                 for i in range(8)]  # fmt: skip
+        await generate_all(engine, batch)
+        assert engine._costs is not None and engine._costs.steps >= 64
+        assert engine.cost_model is not None
+        assert engine.cost_model.source.startswith("given, refitted over")
+    finally:
+        await engine.close()

@@ -14,7 +14,8 @@ from typing import Any
 
 from kalypso.engine.protocol import Engine, EngineError
 from kalypso.engine.quiet import output_to
-from kalypso.engine.vllm_settings import VLLMSettings
+from kalypso.engine.vllm_settings import VLLMSettings, calibration_key
+from kalypso.models import resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -129,13 +130,23 @@ async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engi
     from kalypso.engine.vllm_http import HTTPVLLMEngine
 
     if spec.url:
-        return await HTTPVLLMEngine.connect(spec.url, pinning=spec.pinning)
+        return await HTTPVLLMEngine.connect(
+            spec.url,
+            pinning=spec.pinning,
+            cost_model=settings.cost_model,
+            calibrate=settings.calibrate,
+        )
     from kalypso.engine.vllm_server import VLLMServer
 
     server = await asyncio.to_thread(VLLMServer.start, settings, admin_endpoints=True)
     try:
         engine = await HTTPVLLMEngine.connect(
-            server.base_url, pinning=spec.pinning, max_running_requests=settings.max_num_seqs
+            server.base_url,
+            pinning=spec.pinning,
+            max_running_requests=settings.max_num_seqs,
+            cost_model=settings.cost_model,
+            calibrate=settings.calibrate,
+            calibration_key=calibration_key(settings, resolve_model(settings.model), "vllm-http"),
         )
     except BaseException:
         await asyncio.to_thread(server.stop)

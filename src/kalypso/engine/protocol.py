@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from kalypso.engine.blocks import blocks_for
+from kalypso.engine.cost_model import CostModel
 
 FinishReason = Literal["stop", "length"]
 """Why a request finished. An aborted request is never a result: engines raise
@@ -291,6 +292,14 @@ class Engine(Protocol):
     @property
     def supports_pinning(self) -> bool:
         """Whether requests may carry a ``pin_key`` and ``unpin`` releases it."""
+        ...
+
+    @property
+    def cost_model(self) -> CostModel | None:
+        """What a step costs on this engine, as of now (:mod:`kalypso.engine.cost_model`):
+        the simulator's profile; for vLLM a calibration or the user's model, refitted
+        from the steps it reports. None when unknown: policies then keep the batch as
+        wide as the engine allows."""
         ...
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:

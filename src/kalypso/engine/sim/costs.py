@@ -10,8 +10,8 @@ requests) and one token for each decoding request. Its duration on the virtual c
 Four named profiles are registered in :data:`PROFILES`:
 
 ``"smollm2-cpu"``
-    SmolLM2-135M-Instruct on vLLM's CPU backend with 2 cores, measured on 2026-11-29 with
-    ``python -m kalypso.engine.sim.calibrate`` (one request at a time, empty cache):
+    SmolLM2-135M-Instruct on vLLM's CPU backend with 2 cores, measured on 2026-11-29 by a
+    calibration of one request at a time on an empty cache:
     prefill of 128-1,536 tokens fits 0.93 ms per token (about 1,070 tokens/s; the fitted
     intercept was slightly negative and is clamped to 0), and decoding one sequence
     takes 15.9 ms per token. The capacity is what vLLM allocates with Kalypso's default KV
@@ -23,8 +23,8 @@ Four named profiles are registered in :data:`PROFILES`:
 
 ``"smollm2-cpu-f32"``
     The same model in float32 (the deterministic mode), measured on 2026-12-01 on an
-    AMD EPYC host with 2 cores, AVX2 and no AVX-512, with ``python -m
-    kalypso.engine.sim.calibrate --deterministic``, decode measured at batches of 1-8:
+    AMD EPYC host with 2 cores, AVX2 and no AVX-512, by the calibration that is now
+    ``kalypso engine calibrate --full --deterministic``, decode measured at batches of 1-8:
     prefill 5.79 ms per token (about 173 tokens/s); a decode step 68.3 ms plus 3.4 ms
     per sequence, so 8 sequences decode in 96 ms per step against 546 ms one at a time.
     The single-request calibration of ``"smollm2-cpu"`` could not see that split: it
@@ -66,9 +66,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kalypso.engine.cost_model import CostModel
 from kalypso.engine.protocol import EngineCapacity
 
-CALIBRATION_NOTE = "measured with `python -m kalypso.engine.sim.calibrate` on 2026-11-29"
+CALIBRATION_NOTE = "measured one request at a time on 2026-11-29"
 
 GENERIC_CAPACITY = EngineCapacity(num_blocks=1024, block_size_tokens=16, max_model_len_tokens=8192)
 """Default capacity of an ad-hoc profile (SimEngine's arguments override it)."""
@@ -99,14 +100,21 @@ class CostProfile:
         if min(costs) < 0:
             raise ValueError(f"profile {self.name!r}: costs must be >= 0, got {costs}")
 
+    def cost_model(self, max_step_tokens: int | None, max_seqs: int | None) -> CostModel:
+        """The profile's step costs for an engine with these batch limits."""
+        return CostModel(
+            self.per_step_s,
+            self.per_prefill_token_s,
+            self.per_decode_token_s,
+            max_step_tokens=max_step_tokens,
+            max_seqs=max_seqs,
+            source=f"profile {self.name}",
+        )
+
     def step_time_s(self, prefill_tokens: int, decode_seqs: int) -> float:
         """Duration of one step computing ``prefill_tokens`` prompt tokens and one token
         for each of ``decode_seqs`` decoding requests."""
-        return (
-            self.per_step_s
-            + prefill_tokens * self.per_prefill_token_s
-            + decode_seqs * self.per_decode_token_s
-        )
+        return self.cost_model(None, None).step_time_s(prefill_tokens, decode_seqs)
 
 
 SMOLLM2_CPU = CostProfile(
@@ -128,7 +136,7 @@ SMOLLM2_CPU_F32 = CostProfile(
     per_decode_token_s=0.0034,
     notes=(
         "SmolLM2-135M on vLLM CPU in float32, 2 cores without AVX-512; measured with"
-        " `python -m kalypso.engine.sim.calibrate --deterministic` on 2026-12-01, decode"
+        " `kalypso engine calibrate --full --deterministic` on 2026-12-01, decode"
         " at batches of 1-8. Capacity: 256 MiB at 46,080 bytes per token, 128-token blocks."
     ),
     capacity=EngineCapacity(num_blocks=45, block_size_tokens=128, max_model_len_tokens=8192),

@@ -39,6 +39,7 @@ import logging
 from collections.abc import Iterator
 
 from kalypso.engine.blocks import blocks_for
+from kalypso.engine.cost_model import CostModel
 from kalypso.engine.protocol import (
     EngineCapacity,
     EngineError,
@@ -138,6 +139,7 @@ class SimEngine:
                 max_num_seqs, max_num_batched_tokens, fail_when_pinned_out, waiting_order
             ),
         )
+        self._cost_model = self._profile.cost_model(max_num_batched_tokens, max_num_seqs)
         self._yields_per_step = yields_per_step
         self._default_timeout_s = default_timeout_s
         self._prefill_time_s = 0.0
@@ -174,6 +176,12 @@ class SimEngine:
     @property
     def supports_pinning(self) -> bool:
         return True
+
+    @property
+    def cost_model(self) -> CostModel:
+        """The profile's step costs with this engine's batch limits: exactly what its
+        virtual clock charges."""
+        return self._cost_model
 
     @property
     def now_s(self) -> float:
@@ -383,7 +391,7 @@ class SimEngine:
             self._set_exception(request.request_id, EngineError(reason))
         if not plan.num_scheduled_tokens:
             return
-        self._now_s += self._profile.step_time_s(plan.prefill_tokens, plan.decode_seqs)
+        self._now_s += self._cost_model.step_time_s(plan.prefill_tokens, plan.decode_seqs)
         self.num_steps += 1
         for request in self._scheduler.finish_step(plan, self._now_s):
             result = self._result(request)

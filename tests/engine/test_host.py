@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bench.host import cpu_model, describe_host
 from bench.report import markdown
+from kalypso.engine.host import cpu_model, describe_host
 
 CPUINFO = """\
 processor\t: 0

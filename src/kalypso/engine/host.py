@@ -1,6 +1,7 @@
-"""What machine a benchmark ran on, for its records: ratios measured on one host do not
-carry to another (this project's CPU hosts have differed by 4x in vLLM's step time between
-an AVX-512 and an AVX2-only processor)."""
+"""What machine this is, for benchmark records and for the key of a cached engine
+calibration: step costs measured on one host do not carry to another (this project's CPU
+hosts have differed by 4x in vLLM's step time between an AVX-512 and an AVX2-only
+processor)."""
 
 from __future__ import annotations
 
