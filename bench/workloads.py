@@ -316,11 +316,20 @@ FEVER_MAP = "Write a short search query to check the {claim}."
 FEVER_FILTER = "Is the {claim} contradicted by the {evidence}?"
 
 
-def fever(scale: str = "quick", seed: int = 0, n: int | None = None) -> Workload:
+FEVER_PAPER_PASSAGES = 50_000
+
+
+def fever(
+    scale: str = "quick", seed: int = 0, n: int | None = None, *, passages: int | None = None
+) -> Workload:
+    """``passages``: the corpus at paper scale (default :data:`FEVER_PAPER_PASSAGES`; the
+    prompts carry 5 of them whatever its size, so a smaller one, faster to index, runs
+    the same shape)."""
     if scale == "quick":
         data = fever_data.generate(n=n or 20, seed=seed)
     else:
-        data = fever_data.generate(n=n or 1000, seed=seed, n_passages=50_000)
+        corpus = passages or FEVER_PAPER_PASSAGES
+        data = fever_data.generate(n=n or 1000, seed=seed, n_passages=corpus)
     claims = data.claims[["claim_id", "claim"]]
     plan = (
         kalypso.table(claims, name="claims")

@@ -31,8 +31,9 @@ def _calls() -> tuple[list[CallCost], list[tuple[str, tuple[int, ...]]]]:
 def test_the_peak_counts_shared_full_blocks_once_per_instance_and_level() -> None:
     calls, sites = _calls()
     levels = {"a": 0, "b": 0, "c": 1}
-    assert instance_peak(calls[:3], sites[:3], levels, 4) == InstancePeak(6, 1)
-    assert instance_peak(calls, sites, levels, 4) == InstancePeak(7, 2)
+    # the mean is over every (instance, level): 5 and 6 blocks, then 5, 6 and 7
+    assert instance_peak(calls[:3], sites[:3], levels, 4) == InstancePeak(6, 1, 5.5)
+    assert instance_peak(calls, sites, levels, 4) == InstancePeak(7, 2, 6.0)
 
 
 def test_a_block_shared_only_in_part_is_not_shared() -> None:

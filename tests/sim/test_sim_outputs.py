@@ -87,6 +87,7 @@ def test_profiles() -> None:
         "smollm2-cpu-f32",
         "llama-3.3-70b-4xgpu",
         "qwen3-8b-h100",
+        "llama-3.1-8b-h100",
     }
     smol = get_profile("smollm2-cpu")
     assert CALIBRATION_NOTE in smol.notes
@@ -98,6 +99,9 @@ def test_profiles() -> None:
     qwen = get_profile("qwen3-8b-h100")
     assert qwen.capacity.total_tokens == 352_000
     assert qwen.step_time_s(prefill_tokens=0, decode_seqs=10) == pytest.approx(0.0075)
+    measured = get_profile("llama-3.1-8b-h100")  # vLLM's benchmark on one H100: 256 sequences
+    assert measured.step_time_s(prefill_tokens=0, decode_seqs=256) == pytest.approx(0.012632)
+    assert measured.capacity.total_tokens == 422_400 and "a4f9f4371a1c" in measured.notes
     with pytest.raises(KeyError, match="known"):
         get_profile("nope")
     with pytest.raises(ValueError, match="costs"):

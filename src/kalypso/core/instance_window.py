@@ -37,12 +37,17 @@ no conversation waits to be continued, and the window would only cost concurrenc
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections.abc import Hashable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from kalypso.core.cost import CallCost
+from kalypso.core.cost import CallCost, Token
+from kalypso.core.time_model import Option
+from kalypso.core.trt import common_length
 from kalypso.engine.blocks import blocks_for
+from kalypso.engine.cost_model import Work
 
 
 def llm_levels(ancestors: Mapping[str, Set[str]]) -> dict[str, int]:
@@ -58,10 +63,16 @@ def llm_levels(ancestors: Mapping[str, Set[str]]) -> dict[str, int]:
 class InstancePeak:
     """The largest working set of one unit of the window (an instance's conversation
     group) at one dependency level: ``blocks`` held by its ``calls`` at that level
-    together."""
+    together; ``mean_blocks``, its working set over its levels on average (a unit in
+    flight is at any one of them: what units in flight hold together)."""
 
     blocks: int
     calls: int
+    mean_blocks: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.mean_blocks:
+            object.__setattr__(self, "mean_blocks", float(self.blocks))
 
 
 def instance_peak(
@@ -102,8 +113,9 @@ def instance_peak(
         total = blocks_for(len(call.prompt) + call.out_tokens, block_size_tokens)
         own[group] = own.get(group, 0) + total - full
         count[group] = count.get(group, 0) + 1
-    blocks, calls_at_peak = max((len(shared[g]) + own[g], count[g]) for g in own)
-    return InstancePeak(blocks, calls_at_peak)
+    sizes = {g: len(shared[g]) + own[g] for g in own}
+    blocks, calls_at_peak = max((sizes[g], count[g]) for g in own)
+    return InstancePeak(blocks, calls_at_peak, statistics.fmean(sizes.values()))
 
 
 @dataclass(frozen=True)
@@ -157,3 +169,153 @@ class InstanceWindow:
         if self.groups is None:
             return f"instance window: none ({self.reason})"
         return f"instance window: {self.groups} conversation groups in flight ({self.reason})"
+
+
+@dataclass(frozen=True)
+class InstanceWork:
+    """What one instance asks of the engine, as the time model sees it: means over
+    consecutive sample instances (the ones a query-ordered schedule runs side by side),
+    every answer at its cap.
+
+    Attributes:
+        prefill_tokens: the prompt tokens its calls compute at the least: each distinct
+            prefix once, a prefix its neighbours share (a system prompt, a document
+            several questions ask about) divided among them.
+        decode_tokens: the tokens its calls generate.
+        continued_tokens: the conversation tokens its tight continuations read back from
+            the calls they continue, beyond what its neighbours' calls share: computed
+            again when evicted meanwhile.
+        call_blocks: the blocks a running call holds, shared prefixes divided as above.
+        chain_tokens: the tokens its longest chain of dependent calls generates, one step
+            each.
+    """
+
+    prefill_tokens: float
+    decode_tokens: float
+    continued_tokens: float
+    call_blocks: float
+    chain_tokens: int
+
+
+def _trie_tokens(prompts: Sequence[tuple[Token, ...]]) -> int:
+    """Distinct prefixes of ``prompts`` in tokens: what an ideal prefix cache computes."""
+    keyed = sorted(
+        tuple((1, repr(t)) if isinstance(t, tuple) else (0, t) for t in p) for p in prompts
+    )
+    total = 0
+    for previous, prompt in zip([(), *keyed], keyed, strict=False):
+        total += len(prompt) - common_length(prompt, previous)
+    return total
+
+
+def instance_work(
+    calls: Sequence[CallCost],
+    sites: Sequence[tuple[str, Hashable]],
+    tight: Mapping[str, str],
+    block_size_tokens: int,
+) -> InstanceWork:
+    """The mean :class:`InstanceWork` of the consecutive instances ``calls`` belong to
+    (``sites[i]`` is call ``i``'s (LLM node id, instance key); ``tight`` maps each tight
+    continuation to the node it continues:
+    :meth:`~kalypso.core.graph.TaskGraph.tight_continuations`). What a node's prompts
+    share from one instance to the next is their mean common prefix (nothing with one
+    instance).
+
+    Raises:
+        ValueError: no calls, ``sites`` not one per call, or a block size below 1.
+    """
+    if block_size_tokens < 1:
+        raise ValueError(f"block size must be >= 1 token, got {block_size_tokens}")
+    if not calls or len(sites) != len(calls):
+        raise ValueError(f"{len(sites)} sites for {len(calls)} calls: one each, at least one")
+    by_op: dict[str, list[tuple[Token, ...]]] = {}
+    for call, (op, _) in zip(calls, sites, strict=True):
+        by_op.setdefault(op, []).append(call.prompt)
+    shared = {
+        op: statistics.fmean([common_length(a, b) for a, b in itertools.pairwise(ps)] or [0])
+        for op, ps in by_op.items()
+    }
+    where = {site: i for i, site in enumerate(sites)}
+    instances = len({key for _, key in sites})
+    decode = sum(call.out_tokens for call in calls)
+    unique = _trie_tokens([call.prompt for call in calls])
+    continued = 0.0
+    chain: dict[int, int] = {}
+    for i, (call, (op, key)) in enumerate(zip(calls, sites, strict=True)):
+        chain[i] = call.out_tokens + max((chain[p] for p in call.preds), default=0)
+        producer = tight.get(op)
+        if producer is not None:
+            source = calls[where[(producer, key)]]
+            continued += len(source.prompt) - shared[producer] + source.out_tokens
+    return InstanceWork(
+        prefill_tokens=unique / instances,
+        decode_tokens=decode / instances,
+        continued_tokens=continued / instances,
+        call_blocks=(unique + decode) / len(calls) / block_size_tokens,
+        chain_tokens=max(chain.values()),
+    )
+
+
+WINDOW_MULTIPLES = (1, 2, 3, 4, 6, 8)
+"""The windows weighed, in multiples of the memory window."""
+
+
+def window_options(
+    capacity_blocks: int,
+    peak: InstancePeak,
+    work: InstanceWork,
+    instances: int,
+    max_running_requests: int | None,
+    groups_per_instance: int = 1,
+) -> list[tuple[int | None, Option]]:
+    """The windows worth weighing, narrowest first, each with the work it asks of the
+    engine: the memory window (as many groups as fill the cache at their peak) and its
+    multiples (:data:`WINDOW_MULTIPLES`) below the batch's groups (``instances`` times
+    ``groups_per_instance``: a trading desk's debate and each trader's risk analysts are
+    groups of their own), and none.
+
+    A window of ``g`` groups keeps ``g`` groups in flight; none lets every instance
+    start. Calls run ``g`` times a group's calls at once, at most what the engine runs
+    and what fits beside each other. The groups in flight hold ``g`` times a group's
+    working set (its mean over its levels): beyond the cache, that share of the continued
+    conversations is evicted before its continuation and computed again. When the cache
+    holds every call the engine runs (the engine is bound by its sequences, not its
+    memory), a continuation starts as soon as its inputs exist and the groups in flight
+    are the ones running: a window then saves only what their working sets exceed the
+    cache by."""
+    seqs = max_running_requests or instances * peak.calls
+    fit_calls = max(1, int(capacity_blocks / max(work.call_blocks, 1.0)))
+    at_once = max(1, min(seqs, fit_calls))
+    units = instances * groups_per_instance
+    base = math.ceil(capacity_blocks / peak.blocks)
+    windows: list[int | None] = [
+        size for size in (base * k for k in WINDOW_MULTIPLES) if size < units
+    ]
+    windows.append(None)
+    options: list[tuple[int | None, Option]] = []
+    for window in windows:
+        groups = units if window is None else window
+        running = max(1, min(at_once, groups * peak.calls))
+        if fit_calls >= seqs:  # bound by sequences: the groups in flight are those running
+            groups = min(groups, math.ceil(running / peak.calls))
+        held = groups * peak.mean_blocks
+        evicted = max(0.0, 1.0 - capacity_blocks / held)
+        lost = instances * work.continued_tokens * evicted
+        label = "no window" if window is None else f"window of {window} groups"
+        options.append(
+            (
+                window,
+                Option(
+                    label,
+                    Work(
+                        prefill_tokens=round(instances * work.prefill_tokens + lost),
+                        decode_tokens=round(instances * work.decode_tokens),
+                        concurrency=running,
+                        chain_tokens=work.chain_tokens,
+                    ),
+                    f"{groups} groups in flight, {evicted:.0%} of the continued"
+                    f" conversations computed again",
+                ),
+            )
+        )
+    return options

@@ -22,7 +22,13 @@ import pandas as pd
 from kalypso.core.errors import PlanError
 from kalypso.core.graph import LLMNode, Node
 from kalypso.core.instance import Instance
-from kalypso.core.instance_window import InstancePeak, instance_peak, llm_levels
+from kalypso.core.instance_window import (
+    InstancePeak,
+    InstanceWork,
+    instance_peak,
+    instance_work,
+    llm_levels,
+)
 from kalypso.core.options import WORKFLOW_POLICY, RunOptions, run_options
 from kalypso.core.policies import PlanInfo, Policy
 from kalypso.core.prompt import ChatLayout
@@ -107,6 +113,24 @@ def batch_instances(
             values[name] = value
         instances.append(Instance((q,), values))
     return instances
+
+
+def measure_instance_work(
+    lowered: Lowered, instances: Sequence[Instance], layout: ChatLayout, block_size_tokens: int
+) -> InstanceWork | None:
+    """What one instance asks of the engine (:func:`~kalypso.core.instance_window.instance_work`),
+    over the first :data:`PEAK_SAMPLE_INSTANCES` instances; None when no call continues a
+    conversation tightly (no window would weigh it)."""
+    tight = lowered.graph.tight_continuations()
+    if not tight:
+        return None
+    sample = instances[:PEAK_SAMPLE_INSTANCES]
+
+    def out_tokens(node: Node) -> int:
+        return node.max_tokens if isinstance(node, LLMNode) else 0
+
+    calls, sites = call_costs(lowered, sample, layout, out_tokens)
+    return instance_work(calls, sites, tight, block_size_tokens)
 
 
 def measure_instance_peak(
@@ -242,9 +266,10 @@ def plan(
     layout = ChatLayout(engine.tokenizer)
     capacity = engine.capacity
     policy = options.resolved_policy()
-    peak = None
+    peak = work = None
     if policy.reads_instance_peak:
         peak = measure_instance_peak(lowered, instances, layout, capacity.block_size_tokens)
+        work = measure_instance_work(lowered, instances, layout, capacity.block_size_tokens)
     info = PlanInfo(
         lowered.graph,
         [i.key for i in instances],
@@ -252,6 +277,8 @@ def plan(
         capacity.block_size_tokens,
         capacity=capacity,
         instance_peak=peak,
+        instance_work=work,
+        cost_model=engine.cost_model,
     )
     policy.prepare(info)
     owner = options.query_id or f"w{uuid.uuid4().hex[:8]}"

@@ -32,8 +32,9 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from kalypso.core.instance_window import InstancePeak
+from kalypso.core.instance_window import InstancePeak, InstanceWork
 from kalypso.core.memory import StageBudgets
+from kalypso.engine.cost_model import CostModel
 from kalypso.engine.protocol import EngineCapacity
 
 
@@ -82,6 +83,11 @@ class PlanInfo:
     block_size_tokens: int
     capacity: EngineCapacity | None = None
     instance_peak: InstancePeak | None = None
+    instance_work: InstanceWork | None = None
+    """What one instance asks of the engine (measured with the peak)."""
+    cost_model: CostModel | None = None
+    """The engine's step costs, when it knows them: the policy's options are weighed by
+    their predicted time (:mod:`kalypso.core.time_model`)."""
 
 
 @dataclass(frozen=True)

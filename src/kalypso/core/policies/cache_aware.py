@@ -39,7 +39,7 @@ from collections.abc import Sequence, Set
 from typing import Any, Literal
 
 from kalypso.core.graph import LLMNode, TaskGraph
-from kalypso.core.instance_window import InstanceWindow, llm_levels
+from kalypso.core.instance_window import InstanceWindow, llm_levels, window_options
 from kalypso.core.policies.base import (
     PlanInfo,
     Policy,
@@ -49,6 +49,7 @@ from kalypso.core.policies.base import (
     register_policy,
 )
 from kalypso.core.prompt import ChatLayout
+from kalypso.core.time_model import TimedChoice, choose_by_time
 from kalypso.core.trt import TemplatedRadixTree, TreeNode
 
 
@@ -167,6 +168,8 @@ class CacheAware(Policy):
         self.tree: TemplatedRadixTree | None = None
         self.window_setting = window
         self.window = InstanceWindow(None, "not prepared")
+        self.choice: TimedChoice | None = None
+        """The windows weighed by predicted time, when the window was chosen so."""
         self.groups: list[frozenset[str]] = []
         self.group_of_op: dict[str, int] = {}
         self._started: set[tuple[int, tuple[int, ...]]] = set()
@@ -175,6 +178,14 @@ class CacheAware(Policy):
 
     def initial_budgets(self, capacity_blocks: int, min_blocks: Sequence[int]) -> list[int]:
         return [max(capacity_blocks, m) for m in min_blocks]  # the ledger alone bounds
+
+    def priority(self, stage: int, num_stages: int) -> int:
+        """With a window (the cache is what binds), deeper calls first, so that the
+        conversations in flight finish and free their room; without one, every call
+        alike: the engine takes them in the order this policy sends them, and a deeper
+        call that jumped the queue would leave the earlier calls of later queries, and
+        the chains behind them, to a tail of nearly empty steps."""
+        return super().priority(stage, num_stages) if self.window.groups is not None else 0
 
     def prepare(self, plan: PlanInfo) -> None:
         graph, layout = plan.graph, plan.layout
@@ -186,6 +197,7 @@ class CacheAware(Policy):
         self.group_of_op = {op: index for index, group in enumerate(self.groups) for op in group}
         order, self.sequence_of = operator_order(self.tree, graph.llm_ancestors(), self.groups)
         self.position = {op: i for i, op in enumerate(order)}
+        self.choice = None
         self.window = self._window(plan, graph)
         self._started, self._running, self._seen_run = set(), set(), None
 
@@ -199,9 +211,22 @@ class CacheAware(Policy):
         if plan.capacity is None or plan.instance_peak is None:
             return InstanceWindow(None, "sizes not measured")
         capacity = plan.capacity
-        return InstanceWindow.sized(
+        memory = InstanceWindow.sized(
             capacity.num_blocks, plan.instance_peak, capacity.max_running_requests
         )
+        if memory.groups is None or plan.instance_work is None:
+            return memory  # nothing would be evicted, or nothing to weigh
+        options = window_options(
+            capacity.num_blocks,
+            plan.instance_peak,
+            plan.instance_work,
+            len(plan.instance_keys),
+            capacity.max_running_requests,
+            groups_per_instance=len(self.groups),
+        )
+        self.choice = choose_by_time([option for _, option in options], plan.cost_model)
+        window = options[self.choice.chosen][0]
+        return InstanceWindow(window, f"by predicted time, of {len(options)} options")
 
     def rank(self, task: TaskInfo) -> tuple[Any, ...]:
         if task.op not in self.position:  # a root task: run at once
@@ -234,6 +259,8 @@ class CacheAware(Policy):
     def explain(self) -> str:
         order = sorted(self.position, key=self.position.__getitem__)
         lines = [self.window.describe()]
+        if self.choice is not None:
+            lines += [f"  {line}" for line in self.choice.explain()]
         lines += [
             f"  conversation group {i}: {', '.join(sorted(g))}" for i, g in enumerate(self.groups)
         ]

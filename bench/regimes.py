@@ -1,0 +1,410 @@
+"""The regime benchmark: Kalypso's default policies against the baselines, cell by cell,
+under a GPU's step costs and a CPU's, on the simulator (deterministic, so exact).
+
+    python -m bench.regimes --out bench/results/regimes.json        # every grid (make bench-paper)
+    python -m bench.regimes --grids shapes --profiles gpu --workers 2
+    python -m bench.regimes --report bench/results/regimes.json     # tables and heatmaps again
+
+Grids (a cell is one workload at one KV size; every system runs it on a fresh engine):
+
+``relational``
+    ContractNLI, MEDEC, BioDEX and FEVER at the paper's scale, at the paper's KV sizes for
+    Llama-3.3-70B (memory settings 0.9, 0.6 and 0.5: 581,700, 233,800 and 117,800
+    tokens). Kalypso's default (``adaptive``) against operator-at-a-time and, on the two
+    two-stage plans, the static splits 1:9 to 9:1. FEVER's corpus is 5,000 passages (its
+    prompts carry 5 whatever the corpus; the paper's 50,000 take minutes to index here).
+``workflows``
+    The six library workflows at the paper's scale, at the profile's full KV cache.
+``shapes``
+    The Helium paper's Figure 10 shapes (:mod:`bench.shapes`) on MapRed and Debate, at the
+    full cache, half and a quarter (Figure 9b's sweep): 352,000, 176,000, 88,000 tokens.
+
+The workflow grids run Kalypso (its default, ``cache-aware``, with its optimizer) against
+all-ready, opwise, lspf and querywise. Profiles: ``gpu`` is ``llama-3.3-70b-4xgpu``
+(relational) and ``qwen3-8b-h100`` (workflows), the papers' settings; ``cpu`` is
+``smollm2-cpu-f32`` on the same caches, blocks of 16 tokens and 256 sequences, so that a
+cell differs between the two profiles only in what a step costs.
+
+A cell's figure is Kalypso's speed-up over the best baseline there (the fastest system
+that is not Kalypso's default). Records (one per system and cell) carry the date, the
+commit and the host; one heatmap PNG per grid and profile goes next to the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kalypso.engine.host import describe_host
+from kalypso.engine.open import EngineSpec, open_engine
+from kalypso.engine.sim import SimEngine, get_profile
+
+GRIDS = ("relational", "workflows", "shapes")
+PROFILES = {
+    "gpu": {"relational": "llama-3.3-70b-4xgpu", "workflows": "qwen3-8b-h100"},
+    "cpu": {"relational": "smollm2-cpu-f32", "workflows": "smollm2-cpu-f32"},
+}
+BLOCK_SIZE_TOKENS = 16
+MAX_NUM_SEQS = 256
+RELATIONAL_KV_TOKENS = (581_700, 233_800, 117_800)
+WORKFLOW_KV_TOKENS = (352_000, 176_000, 88_000)
+"""The Qwen3-8B profile's full cache, half and a quarter."""
+RELATIONAL_WORKLOADS = ("contractnli", "medec", "biodex", "fever")
+TWO_STAGE = ("contractnli", "biodex")
+SPLITS = tuple(f"static:{share}" for share in (0.1, 0.3, 0.5, 0.7, 0.9))
+FEVER_PASSAGES = 5_000
+RELATIONAL_DEFAULT = "adaptive"
+RELATIONAL_BASELINE = "operator-at-a-time"
+WORKFLOW_DEFAULT = "kalypso"
+WORKFLOW_BASELINES = ("all-ready", "opwise", "lspf", "querywise")
+LIBRARY = ("mapred", "debate", "reflect", "iterative", "parallel", "trading")
+NEVER_SLOWER = 1.01
+"""Kalypso's time may be at most this times the best baseline's in every cell."""
+THRASH_PREFILL = 1.3
+"""A Debate cell where all-ready computes this times the least prefill: the baselines
+thrash, and Kalypso should be at least :data:`THRASH_SPEEDUP` faster than the best."""
+THRASH_SPEEDUP = 1.10
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One workload at one KV size, under one profile: every system runs it."""
+
+    grid: str
+    profile: str
+    workload: str
+    kv_tokens: int
+
+    @property
+    def systems(self) -> list[str]:
+        if self.grid == "relational":
+            splits = SPLITS if self.workload in TWO_STAGE else ()
+            return [RELATIONAL_DEFAULT, RELATIONAL_BASELINE, *splits]
+        return [WORKFLOW_DEFAULT, *WORKFLOW_BASELINES]
+
+    @property
+    def default(self) -> str:
+        return RELATIONAL_DEFAULT if self.grid == "relational" else WORKFLOW_DEFAULT
+
+    @property
+    def profile_name(self) -> str:
+        return PROFILES[self.profile]["relational" if self.grid == "relational" else "workflows"]
+
+
+def cells(grids: Sequence[str], profiles: Sequence[str]) -> list[Cell]:
+    """Every cell of ``grids`` under ``profiles``, the slowest grids first."""
+    out = []
+    for profile in profiles:
+        for grid in grids:
+            if grid == "relational":
+                out += [
+                    Cell(grid, profile, w, kv)
+                    for w in RELATIONAL_WORKLOADS
+                    for kv in RELATIONAL_KV_TOKENS
+                ]
+            elif grid == "workflows":
+                out += [Cell(grid, profile, w, WORKFLOW_KV_TOKENS[0]) for w in LIBRARY]
+            else:
+                out += [
+                    Cell(grid, profile, f"{w}:{s}", kv)
+                    for w in ("mapred", "debate")
+                    for s in ("P1", "P2", "P3", "P4", "P5", "P6")
+                    for kv in WORKFLOW_KV_TOKENS
+                ]
+    return out
+
+
+def _sim(cell: Cell, output_tokens: tuple[int, int] | None = None) -> EngineSpec:
+    return EngineSpec(
+        kind="sim",
+        sim_profile=cell.profile_name,
+        sim_blocks=cell.kv_tokens // BLOCK_SIZE_TOKENS,
+        sim_block_size_tokens=BLOCK_SIZE_TOKENS,
+        sim_max_num_seqs=MAX_NUM_SEQS,
+        sim_output_tokens=output_tokens,
+    )
+
+
+async def _relational(cell: Cell) -> list[dict[str, Any]]:
+    from bench.runner import run_systems
+    from bench.workloads import WORKLOADS, fever
+
+    workload = (
+        fever("paper", passages=FEVER_PASSAGES)
+        if cell.workload == "fever"
+        else WORKLOADS[cell.workload]("paper")
+    )
+    profile = get_profile(cell.profile_name)
+    engine = SimEngine(
+        profile,
+        num_blocks=cell.kv_tokens // BLOCK_SIZE_TOKENS,
+        block_size_tokens=BLOCK_SIZE_TOKENS,
+        max_model_len_tokens=cell.kv_tokens // BLOCK_SIZE_TOKENS * BLOCK_SIZE_TOKENS,
+        max_num_seqs=MAX_NUM_SEQS,
+    )
+    try:
+        records = await run_systems(engine, workload, cell.systems, warm_run=False)
+    finally:
+        await engine.close()
+    return [
+        {
+            "time_s": r.time_s,
+            "system": r.system,
+            "prefill_tokens": r.prefill_tokens,
+            "min_prefill_tokens": r.min_prefill_tokens,
+            "llm_calls": r.llm_calls,
+            "outputs_equal": r.outputs_agree,
+            "engine": r.engine,
+        }
+        for r in records
+    ]
+
+
+async def _workflow(cell: Cell) -> list[dict[str, Any]]:
+    from bench.shapes import SHAPES, shaped
+    from bench.workflow_bench import equal_fraction, run_system
+    from kalypso.workflow.library import workload as library
+
+    output = None
+    if cell.grid == "shapes":
+        name, shape = cell.workload.split(":")
+        job = shaped(name, SHAPES[shape])
+        output = (SHAPES[shape].output_tokens, SHAPES[shape].output_tokens)
+    else:
+        job = library(cell.workload, "paper")
+    rows = []
+    reference = None
+    for system in cell.systems:
+        engine = await open_engine(_sim(cell, output))
+        try:
+            run = await run_system(engine, job, system)
+        finally:
+            await engine.close()
+        result = run.result
+        if reference is None:
+            reference = result.outputs
+        rows.append(
+            {
+                "time_s": round(run.elapsed_s, 3),
+                "system": system,
+                "prefill_tokens": result.prefill_tokens,
+                "min_prefill_tokens": result.min_prefill_tokens,
+                "llm_calls": result.llm_calls,
+                "outputs_equal": equal_fraction(result.outputs, reference) == 1.0,
+                "engine": engine.name,
+                "policy": result.policy,
+            }
+        )
+    return rows
+
+
+def run_cell(cell: Cell, stamp: dict[str, str]) -> list[dict[str, Any]]:
+    """Every system of ``cell``, one record each (run in a worker process)."""
+    started = time.monotonic()
+    runner = _relational if cell.grid == "relational" else _workflow
+    rows = asyncio.run(runner(cell))
+    took = round(time.monotonic() - started, 1)
+    return [{**asdict(cell), **row, **stamp, "wall_s": took} for row in rows]
+
+
+def stamp() -> dict[str, str]:
+    """The date, the commit (with ``+changes`` when the tree differs from it) and the host."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = ["git", "status", "--porcelain", "src", "bench"]
+        dirty = subprocess.run(status, capture_output=True, text=True, check=True).stdout.strip()
+        commit += "+changes" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {"date": time.strftime("%Y-%m-%d"), "commit": commit, "host": describe_host()}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One cell's outcome: Kalypso's time, the best baseline, the speed-up, and whether
+    the baselines thrash there."""
+
+    cell: Cell
+    default_s: float
+    best: str
+    best_s: float
+    thrash: bool
+    outputs_equal: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.best_s / self.default_s
+
+    @property
+    def never_slower(self) -> bool:
+        return self.default_s <= NEVER_SLOWER * self.best_s
+
+    @property
+    def thrash_met(self) -> bool | None:
+        return self.speedup >= THRASH_SPEEDUP if self.thrash else None
+
+
+def verdicts(records: Sequence[dict[str, Any]]) -> list[Verdict]:
+    """One verdict per cell of ``records`` (cells missing their default are skipped)."""
+    by_cell: dict[Cell, dict[str, dict[str, Any]]] = {}
+    for r in records:
+        cell = Cell(r["grid"], r["profile"], r["workload"], r["kv_tokens"])
+        by_cell.setdefault(cell, {})[r["system"]] = r
+    out = []
+    for cell, systems in by_cell.items():
+        default = systems.get(cell.default)
+        baselines = {s: r for s, r in systems.items() if s != cell.default}
+        if default is None or not baselines:
+            continue
+        best = min(baselines, key=lambda s: baselines[s]["time_s"])
+        ready = systems.get("all-ready")
+        thrash = (
+            cell.workload.startswith("debate")
+            and ready is not None
+            and ready["prefill_tokens"] >= THRASH_PREFILL * ready["min_prefill_tokens"]
+        )
+        out.append(
+            Verdict(
+                cell,
+                default["time_s"],
+                best,
+                baselines[best]["time_s"],
+                thrash,
+                all(r["outputs_equal"] for r in systems.values()),
+            )
+        )
+    return out
+
+
+def summary(records: Sequence[dict[str, Any]]) -> str:
+    """A table per grid and profile, and the targets."""
+    found = verdicts(records)
+    lines = []
+    for grid in GRIDS:
+        for profile in PROFILES:
+            rows = [v for v in found if v.cell.grid == grid and v.cell.profile == profile]
+            if not rows:
+                continue
+            lines.append(f"\n{grid}, {profile} ({rows[0].cell.profile_name}):")
+            for v in rows:
+                flag = "" if v.never_slower else "  SLOWER"
+                if v.thrash:
+                    flag += "  thrash: " + ("met" if v.thrash_met else "MISSED")
+                lines.append(
+                    f"  {v.cell.workload:12} KV {v.cell.kv_tokens:>7,}  kalypso {v.default_s:9.2f}"
+                    f" s  best {v.best:18} {v.best_s:9.2f} s  {v.speedup:5.2f}x{flag}"
+                    + ("" if v.outputs_equal else "  OUTPUTS DIFFER")
+                )
+    slower = [v for v in found if not v.never_slower]
+    thrash = [v for v in found if v.thrash]
+    lines.append(
+        f"\nnever slower than {NEVER_SLOWER}x the best baseline: {len(found) - len(slower)}"
+        f" of {len(found)} cells"
+    )
+    lines.append(
+        f"thrashing Debate cells at >= {THRASH_SPEEDUP}x: {sum(bool(v.thrash_met) for v in thrash)}"
+        f" of {len(thrash)}"
+    )
+    return "\n".join(lines)
+
+
+def heatmaps(records: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """One PNG per grid and profile: Kalypso's speed-up over the best baseline per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    written = []
+    found = verdicts(records)
+    for grid in GRIDS:
+        for profile in PROFILES:
+            rows_of = [v for v in found if v.cell.grid == grid and v.cell.profile == profile]
+            if not rows_of:
+                continue
+            names = list(dict.fromkeys(v.cell.workload for v in rows_of))
+            sizes = sorted({v.cell.kv_tokens for v in rows_of}, reverse=True)
+            grid_values = [[float("nan")] * len(sizes) for _ in names]
+            for v in rows_of:
+                grid_values[names.index(v.cell.workload)][sizes.index(v.cell.kv_tokens)] = v.speedup
+            figure, axes = plt.subplots(figsize=(2.2 + 1.3 * len(sizes), 1.2 + 0.4 * len(names)))
+            image = axes.imshow(grid_values, cmap="RdYlGn", norm=TwoSlopeNorm(1.0, 0.5, 2.0))
+            axes.set_xticks(range(len(sizes)), [f"{s:,}" for s in sizes])
+            axes.set_yticks(range(len(names)), names)
+            axes.set_xlabel("KV cache (tokens)")
+            for i, row in enumerate(grid_values):
+                for j, value in enumerate(row):
+                    if value == value:
+                        axes.text(j, i, f"{value:.2f}x", ha="center", va="center", fontsize=8)
+            title = f"{grid}, {rows_of[0].cell.profile_name}: Kalypso over the best baseline"
+            axes.set_title(title, fontsize=9)
+            figure.colorbar(image, ax=axes, shrink=0.8)
+            figure.tight_layout()
+            path = out.with_name(f"{out.stem}-{grid}-{profile}.png")
+            figure.savefig(path, dpi=110)
+            plt.close(figure)
+            written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grids", default=",".join(GRIDS), help=f"comma-separated of {GRIDS}")
+    parser.add_argument("--profiles", default="gpu,cpu", help="comma-separated of gpu, cpu")
+    parser.add_argument("--workers", type=int, default=2, help="cells run in parallel")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/regimes.json"))
+    parser.add_argument(
+        "--report", type=Path, default=None, help="summarize and plot these records; run nothing"
+    )
+    args = parser.parse_args(argv)
+    if args.report is not None:
+        found = json.loads(args.report.read_text())
+        print(summary(found))
+        for path in heatmaps(found, args.report):
+            print(f"wrote {path}")
+        return 0
+    grids = [g for g in args.grids.split(",") if g]
+    profiles = [p for p in args.profiles.split(",") if p]
+    unknown = [g for g in grids if g not in GRIDS] + [p for p in profiles if p not in PROFILES]
+    if unknown or args.workers < 1:
+        parser.error(f"unknown grids or profiles {unknown}, or --workers below 1")
+    todo = cells(grids, profiles)
+    label = stamp()
+    records: list[dict[str, Any]] = []
+    started = time.monotonic()
+    print(f"{len(todo)} cells on {args.workers} workers ({label})", flush=True)
+    with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
+        futures = {pool.submit(run_cell, cell, label): cell for cell in todo}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            cell = futures[future]
+            rows = future.result()
+            records += rows
+            times = ", ".join(f"{r['system']} {r['time_s']:.1f}" for r in rows)
+            elapsed = time.monotonic() - started
+            print(f"[{elapsed:6.0f} s] {done}/{len(todo)} {cell.grid} {cell.profile}"
+                  f" {cell.workload} KV {cell.kv_tokens:,}: {times}", flush=True)  # fmt: skip
+    order = {cell: i for i, cell in enumerate(todo)}
+    records.sort(key=lambda r: order[Cell(r["grid"], r["profile"], r["workload"], r["kv_tokens"])])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(records, indent=1) + "\n")
+    print(summary(records))
+    for path in heatmaps(records, args.out):
+        print(f"wrote {path}")
+    print(f"records written to {args.out}; {time.monotonic() - started:.0f} s in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
