@@ -70,11 +70,14 @@ bench-more: setup pz-venv
 	$(BIN)/python -m bench.plots bench/results/quick-more.json
 
 # The paper-scale suite on the simulator with the Llama-3.3-70B cost profile, at the KV
-# sizes of the paper's memory settings 0.9 and 0.6 (Figure 8 also sweeps 0.5).
+# sizes of the paper's memory settings 0.9 and 0.6 (Figure 8 also sweeps 0.5); then the
+# regime benchmark: every relational workload, library workflow and Helium prompt shape
+# against its baselines under a GPU's and a CPU's step costs, a heatmap per grid.
 bench-paper: setup
 	$(BIN)/python -m bench --engine sim --scale paper --kv-tokens 581700 \
 		--kv-sweep-tokens 233800,117800 --out bench/results/sim-paper.json
 	$(BIN)/python -m bench.plots bench/results/sim-paper.json
+	$(BIN)/python -m bench.regimes --out bench/results/regimes.json
 
 clean-venv:
 	rm -rf $(VENV)

@@ -45,8 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from kalypso.engine.host import describe_host
-from kalypso.engine.open import EngineSpec, open_engine
-from kalypso.engine.sim import SimEngine, get_profile
+from kalypso.engine.sim import SimEngine, SimOutputModel, get_profile
 
 GRIDS = ("relational", "workflows", "shapes")
 PROFILES = {
@@ -123,14 +122,22 @@ def cells(grids: Sequence[str], profiles: Sequence[str]) -> list[Cell]:
     return out
 
 
-def _sim(cell: Cell, output_tokens: tuple[int, int] | None = None) -> EngineSpec:
-    return EngineSpec(
-        kind="sim",
-        sim_profile=cell.profile_name,
-        sim_blocks=cell.kv_tokens // BLOCK_SIZE_TOKENS,
-        sim_block_size_tokens=BLOCK_SIZE_TOKENS,
-        sim_max_num_seqs=MAX_NUM_SEQS,
-        sim_output_tokens=output_tokens,
+def _engine(cell: Cell, output_tokens: int | None = None) -> SimEngine:
+    """A fresh simulator for ``cell``: the profile's step costs, the cell's cache, and the
+    GPU profile's context on both profiles (so that a cell runs the same prompts)."""
+    blocks = cell.kv_tokens // BLOCK_SIZE_TOKENS
+    gpu = PROFILES["gpu"]["relational" if cell.grid == "relational" else "workflows"]
+    context = min(get_profile(gpu).capacity.max_model_len_tokens, blocks * BLOCK_SIZE_TOKENS)
+    outputs = None
+    if output_tokens is not None:
+        outputs = SimOutputModel(min_output_tokens=output_tokens, max_output_tokens=output_tokens)
+    return SimEngine(
+        get_profile(cell.profile_name),
+        num_blocks=blocks,
+        block_size_tokens=BLOCK_SIZE_TOKENS,
+        max_model_len_tokens=context,
+        max_num_seqs=MAX_NUM_SEQS,
+        outputs=outputs,
     )
 
 
@@ -143,14 +150,7 @@ async def _relational(cell: Cell) -> list[dict[str, Any]]:
         if cell.workload == "fever"
         else WORKLOADS[cell.workload]("paper")
     )
-    profile = get_profile(cell.profile_name)
-    engine = SimEngine(
-        profile,
-        num_blocks=cell.kv_tokens // BLOCK_SIZE_TOKENS,
-        block_size_tokens=BLOCK_SIZE_TOKENS,
-        max_model_len_tokens=cell.kv_tokens // BLOCK_SIZE_TOKENS * BLOCK_SIZE_TOKENS,
-        max_num_seqs=MAX_NUM_SEQS,
-    )
+    engine = _engine(cell)
     try:
         records = await run_systems(engine, workload, cell.systems, warm_run=False)
     finally:
@@ -178,13 +178,13 @@ async def _workflow(cell: Cell) -> list[dict[str, Any]]:
     if cell.grid == "shapes":
         name, shape = cell.workload.split(":")
         job = shaped(name, SHAPES[shape])
-        output = (SHAPES[shape].output_tokens, SHAPES[shape].output_tokens)
+        output = SHAPES[shape].output_tokens
     else:
         job = library(cell.workload, "paper")
     rows = []
     reference = None
     for system in cell.systems:
-        engine = await open_engine(_sim(cell, output))
+        engine = _engine(cell, output)
         try:
             run = await run_system(engine, job, system)
         finally:
@@ -259,8 +259,7 @@ def verdicts(records: Sequence[dict[str, Any]]) -> list[Verdict]:
     """One verdict per cell of ``records`` (cells missing their default are skipped)."""
     by_cell: dict[Cell, dict[str, dict[str, Any]]] = {}
     for r in records:
-        cell = Cell(r["grid"], r["profile"], r["workload"], r["kv_tokens"])
-        by_cell.setdefault(cell, {})[r["system"]] = r
+        by_cell.setdefault(_cell_of(r), {})[r["system"]] = r
     out = []
     for cell, systems in by_cell.items():
         default = systems.get(cell.default)
@@ -385,25 +384,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     records: list[dict[str, Any]] = []
     started = time.monotonic()
     print(f"{len(todo)} cells on {args.workers} workers ({label})", flush=True)
+    order = {cell: i for i, cell in enumerate(todo)}
+    failed: list[str] = []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
         futures = {pool.submit(run_cell, cell, label): cell for cell in todo}
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
             cell = futures[future]
-            rows = future.result()
-            records += rows
-            times = ", ".join(f"{r['system']} {r['time_s']:.1f}" for r in rows)
             elapsed = time.monotonic() - started
-            print(f"[{elapsed:6.0f} s] {done}/{len(todo)} {cell.grid} {cell.profile}"
-                  f" {cell.workload} KV {cell.kv_tokens:,}: {times}", flush=True)  # fmt: skip
-    order = {cell: i for i, cell in enumerate(todo)}
-    records.sort(key=lambda r: order[Cell(r["grid"], r["profile"], r["workload"], r["kv_tokens"])])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(records, indent=1) + "\n")
+            where = f"[{elapsed:6.0f} s] {done}/{len(todo)} {cell.grid} {cell.profile}"
+            where += f" {cell.workload} KV {cell.kv_tokens:,}"
+            try:
+                rows = future.result()
+            except Exception as exc:  # one failed cell must not lose the others
+                failed.append(f"{where}: {exc!r}")
+                print(f"{where}: FAILED: {exc!r}", flush=True)
+                continue
+            records += rows
+            records.sort(key=lambda r: order[_cell_of(r)])
+            args.out.write_text(json.dumps(records, indent=1) + "\n")  # kept as it grows
+            times = ", ".join(f"{r['system']} {r['time_s']:.1f}" for r in rows)
+            print(f"{where}: {times}", flush=True)
     print(summary(records))
+    for line in failed:
+        print(f"failed: {line}")
     for path in heatmaps(records, args.out):
         print(f"wrote {path}")
     print(f"records written to {args.out}; {time.monotonic() - started:.0f} s in all")
-    return 0
+    return 1 if failed else 0
+
+
+def _cell_of(record: dict[str, Any]) -> Cell:
+    return Cell(record["grid"], record["profile"], record["workload"], record["kv_tokens"])
 
 
 if __name__ == "__main__":

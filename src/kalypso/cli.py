@@ -143,7 +143,10 @@ async def _server_cost_model(base_url: str, settings: VLLMSettings) -> CostModel
 
     key = calibration_key(settings, resolve_model(settings.model), "vllm-http")
     engine = await HTTPVLLMEngine.connect(
-        base_url, max_running_requests=settings.max_num_seqs, calibration_key=key
+        base_url,
+        max_running_requests=settings.max_num_seqs,
+        max_step_tokens=settings.max_num_batched_tokens,
+        calibration_key=key,
     )
     try:
         return engine.cost_model

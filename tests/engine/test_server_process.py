@@ -176,3 +176,34 @@ async def test_server_group_stops_after_its_leader_was_killed_and_has_no_admin_e
         assert _wait_gone(member.pid, 1.0), f"{member} survived stop()"
     with pytest.raises(EngineError):
         await HTTPVLLMEngine.connect(server.base_url)
+
+
+@pytest.mark.vllm
+def test_engine_serve_prints_the_servers_cost_model_and_stops_on_sigterm() -> None:
+    """`kalypso engine serve` measures (or reads) the running server's cost model and
+    prints it; SIGTERM stops the server and everything it started."""
+    from kalypso.engine.vllm_server import free_port
+
+    port = free_port()
+    command = [sys.executable, "-m", "kalypso.cli", "engine", "serve", "--port", str(port),
+               "--deterministic", "--kv-cache-bytes", "64MiB", "--max-num-seqs", "8"]  # fmt: skip
+    serve = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert serve.stderr is not None
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any("cost model:" in x for x in lines):
+            line = serve.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+        model = next((x for x in lines if "cost model:" in x), "")
+        assert "ms a step" in model and "us a prefill token" in model, "".join(lines[-20:])
+        assert "at most 2,048 tokens and 8 sequences a step" in model
+        server_pid = int(next(x for x in lines if "(pid " in x).split("(pid ")[1].split(",")[0])
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=120) == 0
+        assert _wait_gone(server_pid, 30.0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(serve.pid, signal.SIGKILL)

@@ -431,3 +431,18 @@ def test_right_columns_that_clash_are_renamed_in_explain() -> None:
 )
 def test_contract_flags_match_table_1(operator: Operator, flags: tuple[str, ...]) -> None:
     assert tuple(operator.contract.flags().split(", ")) == flags
+
+
+def test_explain_with_an_engine_states_what_a_step_costs_there() -> None:
+    from kalypso.engine.sim import SimEngine
+
+    plan = kalypso.table(pd.DataFrame({"text": ["a", "b"]})).sem_filter("Is {text} short?")
+    engine = SimEngine("llama-3.3-70b-4xgpu", num_blocks=64, max_num_seqs=32)
+    first, *rest = plan.explain(engine).splitlines()
+    assert first == (
+        "engine sim:llama-3.3-70b-4xgpu: cost model 22.00 ms a step + 0.150 ms a decoding"
+        " sequence + 83.3 us a prefill token (12,000 tokens/s); at most 2,048 tokens and 32"
+        " sequences a step; 32 sequences decode 26.4x faster together than one by one"
+        " (profile llama-3.3-70b-4xgpu)"
+    )
+    assert "\n".join(rest) == plan.explain()

@@ -42,6 +42,7 @@ async def test_explain_shows_the_dag_the_rewrites_the_tree_and_the_schedule() ->
     assert engine.requests == []  # planning sends nothing
     assert text.startswith("workflow plan 'small': 4 queries on sim:")
     assert "256 KV blocks of 16 tokens" in text
+    assert text.splitlines()[1] == f"engine cost model: {engine.cost_model.explain()}"
     assert "merged copy into first (same greedy call)" in text
     assert "llm      again  <- input, first" in text
     assert "generate: max_tokens=6, greedy, continues first" in text

@@ -144,6 +144,7 @@ async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engi
             server.base_url,
             pinning=spec.pinning,
             max_running_requests=settings.max_num_seqs,
+            max_step_tokens=settings.max_num_batched_tokens,
             cost_model=settings.cost_model,
             calibrate=settings.calibrate,
             calibration_key=calibration_key(settings, resolve_model(settings.model), "vllm-http"),

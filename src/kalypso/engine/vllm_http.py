@@ -234,6 +234,7 @@ class HTTPVLLMEngine:
         retry: Retry | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         max_running_requests: int | None = None,
+        max_step_tokens: int | None = None,
         cost_model: CostModel | None = None,
         calibrate: bool = True,
         calibration_key: Mapping[str, object] | None = None,
@@ -257,6 +258,8 @@ class HTTPVLLMEngine:
             max_running_requests: the server's ``max_num_seqs``, when the caller knows it
                 (vLLM's metrics do not report it); it becomes
                 ``capacity.max_running_requests``.
+            max_step_tokens: the server's ``max_num_batched_tokens``, when the caller
+                knows it (for the cost model's predictions; the metrics do not report it).
             cost_model: what a step costs on the server; None: measured now by a short
                 calibration, or read from the one kept on disk under ``calibration_key``
                 (default: the URL, the model, the block size and this host).
@@ -314,7 +317,8 @@ class HTTPVLLMEngine:
                 }
                 cost_model = await measured_cost_model(engine, key)
             if cost_model is not None:
-                engine._costs = OnlineCostFit(cost_model.with_limits(None, max_running_requests))
+                limited = cost_model.with_limits(max_step_tokens, max_running_requests)
+                engine._costs = OnlineCostFit(limited)
         except BaseException:
             await client.aclose()
             raise

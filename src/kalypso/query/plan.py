@@ -302,9 +302,16 @@ class Table:
     def physical_plan(self) -> PhysicalPlan:
         return plan(self._operators, self._name, len(self._source), tuple(self._source.columns))
 
-    def explain(self) -> str:
-        """Pipelines, stages and operators with their contracts."""
-        return explain(self.physical_plan())
+    def explain(self, engine: Engine | None = None) -> str:
+        """Pipelines, stages and operators with their contracts; with ``engine``, first
+        the engine and what a step costs on it (the cost model the policies weigh their
+        options with: :mod:`kalypso.engine.cost_model`)."""
+        text = explain(self.physical_plan())
+        if engine is None:
+            return text
+        model = engine.cost_model
+        cost = model.explain() if model is not None else "none (the widest options)"
+        return f"engine {engine.name}: cost model {cost}\n{text}"
 
     def prepare(self) -> Table:
         """Build the plan's vector indexes (and load the embedding model) now instead of on

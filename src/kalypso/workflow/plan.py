@@ -203,8 +203,10 @@ class WorkflowPlan:
                 + (f"at most {running} sequences)" if running else "sequences unbounded)")
             )
         values = sum(len(f.values) for f in self.flows)
+        model = self.info.cost_model
         lines = [
             f"workflow plan {graph.name!r}: {len(self.instances)} queries on {engine}",
+            "engine cost model: " + (model.explain() if model is not None else "none"),
             "optimizer:",
             f"  pruning: only what the outputs need is built ({values} values,"
             f" {len(self.llm_nodes)} distinct LLM calls per query)",
