@@ -114,7 +114,7 @@ def cmd_engine_serve(args: argparse.Namespace) -> int:
             console.print(f"[red]calibration failed[/red]: {exc}")
             return 2
         shown = model.explain() if model is not None else "none (the engine is too small)"
-        console.print(f"cost model: {shown}")
+        console.print(f"cost model: {shown}", soft_wrap=True)
     stop = False
 
     def _on_signal(signum: int, frame: object) -> None:
@@ -180,7 +180,7 @@ def cmd_engine_calibrate(args: argparse.Namespace) -> int:
         model = asyncio.run(measure())
     if log_path is not None:
         console.print(f"vLLM's log: {log_path}")
-    console.print(f"cost model: {model.explain()}")
+    console.print(f"cost model: {model.explain()}", soft_wrap=True)
     print(f"per_step_s={model.step_s:.6f}")
     print(f"per_prefill_token_s={model.prefill_token_s:.8f}")
     print(f"per_decode_token_s={model.decode_seq_s:.6f}")
