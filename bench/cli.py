@@ -31,6 +31,7 @@ from bench.runner import (
     summary_table,
     write_records,
 )
+from bench.stamp import run_stamp
 from bench.workloads import QUOTE_TOKENS, WORKLOADS
 from kalypso.engine.protocol import Engine
 
@@ -380,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kalypso.cli import run_command
 
     args = build_parser().parse_args(argv)
+    run_stamp()  # the code and host as the run starts
     console = Console(stderr=True)
     return run_command(lambda: asyncio.run(run_bench(args, console)), console)
 

@@ -36,8 +36,8 @@ from rich.table import Table as RichTable
 from bench.clock import engine_clock_s
 from bench.external_run import ExternalRun
 from bench.prefill_floor import PrefillCost, measure_prefill_cost
+from bench.stamp import run_stamp
 from bench.workloads import Workload
-from kalypso.engine.host import describe_host
 from kalypso.engine.protocol import Engine, EngineStats
 from kalypso.engine.warm_up import warm_up
 from kalypso.query.plan import QueryResult, compare_decisions
@@ -92,6 +92,9 @@ class BenchRecord:
     """Running requests the engine preempted during the run (recomputed later)."""
     host: str = ""
     """The machine (:func:`kalypso.engine.host.describe_host`): ratios do not carry across hosts."""
+    date: str = ""
+    commit: str = ""
+    """When and on which code the run was measured (:func:`bench.stamp.run_stamp`)."""
     min_attention_pairs: int = 0
     """Query-key pairs the attention of ``min_prefill_tokens`` computes (0 in records
     written before it was counted)."""
@@ -282,7 +285,9 @@ async def run_systems(
                 system=system,
                 scale=workload.scale,
                 engine=engine.name,
-                host=describe_host(),
+                host=run_stamp().host,
+                date=run_stamp().date,
+                commit=run_stamp().commit,
                 kv_cache_tokens=engine.capacity.total_tokens,
                 table_tokens=table_tokens,
                 time_s=round(elapsed_s, 3),
@@ -357,6 +362,8 @@ def external_record(
         scale=workload.scale,
         engine=reference.engine,
         host=reference.host,
+        date=reference.date,
+        commit=reference.commit,
         kv_cache_tokens=reference.kv_cache_tokens,
         table_tokens=reference.table_tokens,
         time_s=run.time_s,

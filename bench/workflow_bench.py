@@ -55,10 +55,10 @@ from pydantic import ValidationError
 from bench.clock import engine_clock_s
 from bench.engine_steps import runs_path
 from bench.external_run import ExternalRun, runner_env
+from bench.stamp import run_stamp
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import PolicyError, get_policy
 from kalypso.core.result_cache import PromptResultCache
-from kalypso.engine.host import describe_host
 from kalypso.engine.open import EngineSpec, open_engine
 from kalypso.engine.protocol import Engine
 from kalypso.engine.vllm_settings import VLLMSettings
@@ -153,6 +153,9 @@ class WorkflowRecord:
     """Mean over outputs with known answers (the first number is the answer)."""
     host: str = ""
     """The machine (:func:`kalypso.engine.host.describe_host`): ratios do not carry across hosts."""
+    date: str = ""
+    commit: str = ""
+    """When and on which code the run was measured (:func:`bench.stamp.run_stamp`)."""
     requests: int = 0
     """Engine requests (calls and their continuations; 0 for LangGraph)."""
     min_attention_pairs: int = 0
@@ -342,7 +345,9 @@ async def measure(
         system=system,
         scale=scale,
         engine=engine.name,
-        host=describe_host(),
+        host=run_stamp().host,
+        date=run_stamp().date,
+        commit=run_stamp().commit,
         kv_cache_tokens=engine.capacity.total_tokens,
         queries=job.queries,
         time_s=round(elapsed, 3),
@@ -423,7 +428,9 @@ def external_record(
         system="langgraph",
         scale=scale,
         engine=engine.name,
-        host=describe_host(),
+        host=run_stamp().host,
+        date=run_stamp().date,
+        commit=run_stamp().commit,
         kv_cache_tokens=engine.capacity.total_tokens,
         queries=job.queries,
         time_s=round(run.time_s, 3),
@@ -604,6 +611,7 @@ def spread(records: Sequence[WorkflowRecord]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    run_stamp()  # the code and host as the run starts
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be at least 1, got {args.repeats}")
     records = asyncio.run(main_async(args))
