@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kalypso-installed
 
-.PHONY: setup demo test lint clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows
+.PHONY: setup demo test lint docs clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format -q --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	@# the docs build strictly (a warning fails it) into a temporary folder, removed after;
+	@# its log is shown only on failure. Not `-q`: mkdocs 1.6 then drops the warnings
+	@# that --strict counts.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+		NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d "$$tmp/site" >"$$tmp/log" 2>&1 \
+		|| { cat "$$tmp/log"; exit 1; }
+
+# The user guide and API reference (mkdocs.yml, docs/) as a static site in site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
 # Lotus, for the side-by-side benchmark, in its own venv (it pins numpy<2 and pandas<3).
 LOTUS_VENV ?= .venv-lotus

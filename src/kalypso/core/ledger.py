@@ -1,8 +1,10 @@
 """The KV ledger: every reservation against one engine's KV capacity, by owner.
 
-One ledger per engine, shared by every query and workflow running on it: the sum of all
-reservations never exceeds the engine's capacity (no over-commit), except through the
-documented last-resort rule of :meth:`kalypso.core.memory.MemoryManager.admits`.
+Runs that share an engine share a ledger when the caller passes the same one to each
+(``arun(..., ledger=...)``); a run given none makes its own, of the engine's capacity. The
+sum of a ledger's reservations never exceeds the capacity it was given (no over-commit),
+except through the documented last-resort rule of
+:meth:`kalypso.core.memory.MemoryManager.admits`.
 
 Each reservation belongs to an *owner* (a query id). An owner that fails or is cancelled
 gives everything back with :meth:`KVLedger.release_owner`, so nothing it held outlives it;

@@ -12,11 +12,13 @@ static:R             the first stage gets fraction R of the memory, the last the
                      stages between their minimums (``static:0.3`` = a 3:7 split)
 sequential           one task at a time, deepest stage first (sequential depth-first)
 operator-at-a-time   the baseline: each operator over the whole table, materialized
-cache-aware          workflows: Helium's order over the templated radix tree
+cache-aware          workflows: Helium's order over the templated radix tree; its
+                     instance window chosen by predicted time under the engine's
+                     cost model (:mod:`kalypso.core.time_model`)
 (alias: helium)
 querywise, opwise,   workflow baselines (:mod:`.workflow_baselines`)
 opwise-stream,
-all-ready
+all-ready, lspf
 ==================== =================================================================
 
 Every budget-based policy starts each stage at or above its minimum budget and Rebalance

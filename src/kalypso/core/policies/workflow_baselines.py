@@ -17,8 +17,9 @@
                     ``waiting_order="lspf"``); on another engine it is ``all-ready``
 ==================  =================================================================
 
-All but ``all-ready`` are memory-aware (the ledger decides how many calls run at once),
-so they differ from ``cache-aware`` only in their order.
+All but ``all-ready`` and ``lspf`` are memory-aware (the ledger decides how many calls run
+at once), so they differ from ``cache-aware`` only in their order; ``all-ready`` and
+``lspf`` reserve nothing and leave admission to the engine.
 """
 
 from __future__ import annotations
