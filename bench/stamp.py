@@ -14,13 +14,14 @@ from kalypso.engine.host import describe_host
 
 
 def current_commit() -> str:
-    """The short commit of the working tree, with ``+changes`` when ``src`` or ``bench``
-    differ from it; ``unknown`` outside a git checkout."""
+    """The short commit of the working tree, with ``+changes`` when the code (``src`` and
+    ``bench``, not the records in ``bench/results``) differs from it; ``unknown`` outside a
+    git checkout."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
-        status = ["git", "status", "--porcelain", "src", "bench"]
+        status = ["git", "status", "--porcelain", "--", "src", "bench", ":!bench/results"]
         dirty = subprocess.run(status, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
