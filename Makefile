@@ -60,34 +60,34 @@ pz-venv:
 		|| { rm -rf $(PZ_VENV); $(PZ_PYTHON) -m venv $(PZ_VENV); }
 	$(PZ_VENV)/bin/pip install -q -c bench/pz-constraints.txt "palimpzest==1.5.3"
 
-# The quick suite on real vLLM (CPU), everything issue 12's targets compare (about 40 min):
-# every workload under its suite of systems (operator-at-a-time, adaptive, static splits on
-# the two-stage shapes), Lotus on the same server, and a KV sweep; then the figures.
-# float32 (--deterministic): same answers on any CPU, and on CPUs without AVX-512 about ten
-# times faster than bf16 (BENCHMARKS.md, "Machine"). BENCH_FLAGS= runs bf16.
+# Records are named by what they hold and the host they ran on (bench/results/, BENCHMARKS.md;
+# `python -m bench.report --write` regenerates BENCHMARKS.md's tables from them).
+HOST_SLUG = $(shell $(BIN)/python -m bench.stamp --slug 2>/dev/null || echo host)
+RESULTS := bench/results
+
+# The quick suite on real vLLM (CPU), about 40 min: every query shape under its systems
+# (operator-at-a-time, adaptive, static splits on the two-stage shapes), Lotus on the same
+# server, and a KV sweep; then the figures. float32 (--deterministic): the same answers on
+# any CPU, and on CPUs without AVX-512 about ten times faster than bf16. BENCH_FLAGS= runs bf16.
 BENCH_FLAGS ?= --deterministic
 bench: setup lotus-venv
 	$(BIN)/python -m bench --engine http --scale quick $(BENCH_FLAGS) --lotus-python $(LOTUS_VENV)/bin/python \
-		--kv-sweep 0.5,1.0 --out bench/results/quick.json
-	$(BIN)/python -m bench.plots bench/results/quick.json
+		--kv-sweep 0.5,1.0 --out $(RESULTS)/relational-quick-$(HOST_SLUG).json
+	$(BIN)/python -m bench.plots $(RESULTS)/relational-quick-$(HOST_SLUG).json
 
 # The rest of the paper's quick figures (about 20 min), in a file of its own so that every
 # ratio in it comes from one invocation: adaptive with virtual and explicit pinning (Figure 11),
 # fixed output budgets on MEDEC (Figure 12) and Palimpzest on the same server (Figure 7).
 bench-more: setup pz-venv
 	$(BIN)/python -m bench --engine http --scale quick $(BENCH_FLAGS) --systems more \
-		--pz-python $(PZ_VENV)/bin/python --out bench/results/quick-more.json
-	$(BIN)/python -m bench.plots bench/results/quick-more.json
+		--pz-python $(PZ_VENV)/bin/python --out $(RESULTS)/relational-quick-more-$(HOST_SLUG).json
+	$(BIN)/python -m bench.plots $(RESULTS)/relational-quick-more-$(HOST_SLUG).json
 
-# The paper-scale suite on the simulator with the Llama-3.3-70B cost profile, at the KV
-# sizes of the paper's memory settings 0.9 and 0.6 (Figure 8 also sweeps 0.5); then the
-# regime benchmark: every relational workload, library workflow and Helium prompt shape
-# against its baselines under a GPU's and a CPU's step costs, a heatmap per grid.
+# Paper scale on the simulator, the regime benchmark (about 50 min on 2 cores): every query
+# shape at the paper's KV sizes, the library workflows and the Helium prompt shapes against
+# their baselines under a GPU's and a CPU's step costs, a heatmap per grid.
 bench-paper: setup
-	$(BIN)/python -m bench --engine sim --scale paper --kv-tokens 581700 \
-		--kv-sweep-tokens 233800,117800 --out bench/results/sim-paper.json
-	$(BIN)/python -m bench.plots bench/results/sim-paper.json
-	$(BIN)/python -m bench.regimes --out bench/results/regimes.json
+	$(BIN)/python -m bench.regimes --out $(RESULTS)/regimes-sim.json
 
 clean-venv:
 	rm -rf $(VENV)
@@ -99,11 +99,18 @@ langgraph-venv:
 	test -x $(LANGGRAPH_VENV)/bin/python || $(PYTHON) -m venv $(LANGGRAPH_VENV)
 	$(LANGGRAPH_VENV)/bin/pip install -q "langgraph>=1.2,<1.3" "langchain-openai>=0.3" -e .
 
-# The workflow suite: every library workflow under Kalypso, the baselines, the ablations and
-# real LangGraph on one vLLM server (CPU); the paper's scale on the simulator; schedule
-# quality against the MILP optimum.
+# The workflow suite on one vLLM server (CPU), about 45 min: every library workflow under
+# Kalypso, all-ready, opwise and real LangGraph, twice each, with the engine's step trace;
+# then the least time of Kalypso's work from that trace; then schedule quality against the
+# MILP optimum.
 bench-workflows: setup langgraph-venv
-	$(BIN)/python -m bench.workflow_bench --engine http $(BENCH_FLAGS) --out bench/results/workflows-cpu.json
-	$(BIN)/python -m bench.workflow_bench --engine sim --scale paper --max-num-seqs 256 \
-		--out bench/results/workflows-sim.json
-	$(BIN)/python -m bench.optimality --out bench/results/workflows-optimality.json
+	$(BIN)/python -m bench.workflow_bench --engine http $(BENCH_FLAGS) --workflows all \
+		--systems kalypso,all-ready,opwise,langgraph --repeats 2 \
+		--engine-trace $(RESULTS)/steps-workflows-quick-$(HOST_SLUG).jsonl \
+		--out $(RESULTS)/workflows-quick-$(HOST_SLUG).json
+	$(BIN)/python -m bench.workflow_floor $(RESULTS)/workflows-quick-$(HOST_SLUG).json \
+		$(RESULTS)/steps-workflows-quick-$(HOST_SLUG).jsonl --out $(RESULTS)/workflows-bound-$(HOST_SLUG).json
+	gzip -f $(RESULTS)/steps-workflows-quick-$(HOST_SLUG).jsonl
+	mv $(RESULTS)/steps-workflows-quick-$(HOST_SLUG).jsonl.runs.json \
+		$(RESULTS)/steps-workflows-quick-$(HOST_SLUG).jsonl.gz.runs.json
+	$(BIN)/python -m bench.optimality --out $(RESULTS)/workflows-optimality-milp.json

@@ -21,7 +21,7 @@ orders an instruction's columns by a ``set`` (``lotus.nl_expression.parse_cols``
 the process's string-hash seed: ContractNLI's map ("Quote the clause of the {text} that
 addresses: {hypothesis}") renders the contract first under some seeds and the hypothesis
 first under others. Hypothesis first, no two of its 85 calls share a prefix and the map
-computes 12x the prefill (BENCHMARKS.md, *Quick suite, tenth session*). Seed 4 renders
+computes 12x the prefill (docs/benchmarks.md, the baselines' findings). Seed 4 renders
 the contract first in both of Lotus's ContractNLI instructions: its cache-friendly order,
 the conservative baseline."""
 

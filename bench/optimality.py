@@ -4,7 +4,7 @@ Small instances of each library workflow (2-4 agents x 2-4 queries), the bundled
 real tokens, one engine of 8,192 KV tokens; every policy's call order (list-scheduled by
 its ranking) is costed with the token-steps model and compared with the MILP optimum::
 
-    python -m bench.optimality [--out bench/results/workflows-optimality.json]
+    python -m bench.optimality [--out bench/results/workflows-optimality-milp.json]
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def measure(time_limit_s: float) -> list[dict[str, object]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("bench/results/workflows-optimality.json"))
+    default_out = Path("bench/results/workflows-optimality-milp.json")
+    parser.add_argument("--out", type=Path, default=default_out)
     parser.add_argument("--time-limit-s", type=float, default=300.0)
     args = parser.parse_args(argv)
     records = measure(args.time_limit_s)

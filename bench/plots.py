@@ -1,6 +1,6 @@
 """PNG plots of benchmark records, in the spirit of the paper's Figures 7-12.
 
-    python -m bench.plots bench/results/quick.json bench/results/sim-paper.json
+    python -m bench.plots bench/results/relational-quick-epyc-avx512.json
 
 writes, next to each JSON file, the figures its records allow (and deletes an earlier run's
 figure that they do not):

@@ -1,9 +1,9 @@
 """The regime benchmark: Kalypso's default policies against the baselines, cell by cell,
 under a GPU's step costs and a CPU's, on the simulator (deterministic, so exact).
 
-    python -m bench.regimes --out bench/results/regimes.json        # every grid (make bench-paper)
+    python -m bench.regimes --out bench/results/regimes-sim.json    # every grid (make bench-paper)
     python -m bench.regimes --grids shapes --profiles gpu --workers 2
-    python -m bench.regimes --report bench/results/regimes.json     # tables and heatmaps again
+    python -m bench.regimes --report bench/results/regimes-sim.json # tables and heatmaps again
 
 Grids (a cell is one workload at one KV size; every system runs it on a fresh engine):
 
@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -44,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kalypso.engine.host import describe_host
+from bench.stamp import run_stamp
 from kalypso.engine.sim import SimEngine, SimOutputModel, get_profile
 
 GRIDS = ("relational", "workflows", "shapes")
@@ -217,17 +216,8 @@ def run_cell(cell: Cell, stamp: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def stamp() -> dict[str, str]:
-    """The date, the commit (with ``+changes`` when the tree differs from it) and the host."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        status = ["git", "status", "--porcelain", "src", "bench"]
-        dirty = subprocess.run(status, capture_output=True, text=True, check=True).stdout.strip()
-        commit += "+changes" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    return {"date": time.strftime("%Y-%m-%d"), "commit": commit, "host": describe_host()}
+    """The date, the commit and the host (:func:`bench.stamp.run_stamp`) of this run."""
+    return asdict(run_stamp())
 
 
 @dataclass(frozen=True)
@@ -363,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grids", default=",".join(GRIDS), help=f"comma-separated of {GRIDS}")
     parser.add_argument("--profiles", default="gpu,cpu", help="comma-separated of gpu, cpu")
     parser.add_argument("--workers", type=int, default=2, help="cells run in parallel")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/regimes.json"))
+    parser.add_argument("--out", type=Path, default=Path("bench/results/regimes-sim.json"))
     parser.add_argument(
         "--report", type=Path, default=None, help="summarize and plot these records; run nothing"
     )

@@ -1,6 +1,8 @@
-"""Markdown tables of benchmark records, for BENCHMARKS.md.
+"""Markdown tables of benchmark records, and BENCHMARKS.md's tables.
 
-    python -m bench.report bench/results/quick.json
+    python -m bench.report                   # check BENCHMARKS.md's tables against the records
+    python -m bench.report --write           # regenerate them (:mod:`bench.page`)
+    python -m bench.report bench/results/relational-quick-epyc-avx512.json
 
 prints one table per workload and KV size, with each system's speed-up over
 operator-at-a-time measured at the same KV size in the same file (the same invocation), or
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.page import PAGE, RESULTS, render, stale_tables
 from bench.runner import BASELINE
 
 COLUMNS = (
@@ -207,14 +210,29 @@ def targets(records: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", type=Path)
+    parser.add_argument(
+        "results", type=Path, nargs="?", help="a relational record file to tabulate in full"
+    )
     parser.add_argument(
         "--targets", action="store_true", help="print the issue-12 targets table instead"
     )
+    parser.add_argument(
+        "--write", action="store_true", help="regenerate BENCHMARKS.md's tables in place"
+    )
     args = parser.parse_args(argv)
-    records = json.loads(args.results.read_text())
-    print(targets(records) if args.targets else markdown(records))
-    return 0
+    if args.results is not None:
+        records = json.loads(args.results.read_text())
+        print(targets(records) if args.targets else markdown(records))
+        return 0
+    text = PAGE.read_text()
+    if args.write:
+        PAGE.write_text(render(text))
+        print(f"{PAGE}: tables regenerated from {RESULTS}")
+        return 0
+    stale = stale_tables(text)
+    for name in stale:
+        print(f"{PAGE}: table {name!r} differs from its records (python -m bench.report --write)")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

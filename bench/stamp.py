@@ -5,9 +5,12 @@ first call), so that a figure is traced to the code and the machine that produce
 
 from __future__ import annotations
 
+import argparse
 import functools
+import re
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kalypso.engine.host import describe_host
@@ -41,3 +44,25 @@ class Stamp:
 def run_stamp() -> Stamp:
     """This invocation's stamp, fixed at its first call."""
     return Stamp(time.strftime("%Y-%m-%d"), current_commit(), describe_host())
+
+
+def host_slug(host: str | None = None) -> str:
+    """A short file-name part for ``host`` (this machine's by default): the CPU model's
+    last word and the vector ISA, as ``epyc-avx512``."""
+    parts = [p.strip() for p in (host or describe_host()).split(",")]
+    model = parts[0].split()[-1] if parts and parts[0] and "cores" not in parts[0] else "cpu"
+    isa = parts[-1] if len(parts) > 1 and "cores" not in parts[-1] else ""
+    slug = "-".join(p for p in (model, isa) if p).lower()
+    return re.sub(r"[^a-z0-9]+", "-", slug).strip("-")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Print this invocation's stamp.")
+    parser.add_argument("--slug", action="store_true", help="print the host's file-name part")
+    args = parser.parse_args(argv)
+    print(host_slug() if args.slug else run_stamp())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

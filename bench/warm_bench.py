@@ -8,7 +8,7 @@ before each run, each pair repeated with the order turned::
         --out bench/results/workflows-warm.json
 
 The library's workflows warm nothing otherwise: no static prefix reaches 64 tokens
-(BENCHMARKS.md, *Workflows*), so this is the one measurement of warming that fires.
+(docs/benchmarks.md), so this is the one measurement of warming that fires.
 """
 
 from __future__ import annotations

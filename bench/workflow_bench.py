@@ -3,7 +3,7 @@ Kalypso's cache-aware scheduling with its optimizer, under each baseline, and un
 ablation, side by side on one engine, the prefix cache reset before each system. On
 vLLM, one untimed all-ready run of the first workflow warms each engine up first.
 
-    python -m bench.workflow_bench --engine vllm --out bench/results/workflows-cpu.json
+    python -m bench.workflow_bench --engine vllm --out bench/results/workflows-quick.json
     python -m bench.workflow_bench --engine sim --scale paper --sim-profile qwen3-8b-h100 \\
         --max-num-seqs 256 --out bench/results/workflows-sim.json
 

@@ -21,7 +21,7 @@ costs a call its place. A debate's first-round answer is kept while the other ag
 first rounds finish, then read by its own second round. Held in the ledger instead
 (hard), the answers cut the number of calls running at once. On the simulator Debate
 then reached the minimum prefill in 42.4 s against 45.3 s, but on real vLLM (CPU)
-it took 40.7 s against 32.3 s (see BENCHMARKS.md, *Held conversations*).
+it took 40.7 s against 32.3 s (docs/benchmarks.md: hard pins cost 13-30% on CPU).
 
 Prompts that start alike - a system prompt, a query's context, a conversation and its
 continuation - are charged once while their calls run together

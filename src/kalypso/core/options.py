@@ -61,7 +61,7 @@ class RunOptions:
             nothing are unaffected). Above 1.0 more calls run at once and the engine's own
             preemption absorbs the excess: a preempted call recomputes its prompt, and an
             evicted shared prefix is recomputed by the next call that needs it. It pays
-            where calls share little (BENCHMARKS.md, *Iterative's gap traced*). From
+            where calls share little (docs/benchmarks.md, the ledger's findings). From
             1.0 to 4.0; refused with ``pinning="explicit"`` (hard pins beyond the cache
             would hold it full) and with a ledger shared between runs (its size is the
             ledger's).
