@@ -92,7 +92,7 @@ MORE_SYSTEMS = ("adaptive", "adaptive+explicit")
 STATIC_SPLITS = tuple(f"static:{share}" for share in (0.1, 0.5, 0.9))
 """The static splits of the suite, at the main KV size and the sweep's first. 0.3 and 0.7
 were dropped to keep ``make bench`` within 45 minutes: in the last run that had them
-(2026-12-01, third session) each measured within 1% of 0.1 or 0.5 on both workloads."""
+(2026-12-01) each measured within 1% of 0.1 or 0.5 on both workloads."""
 FIXED_BUDGETS = tuple(f"adaptive+fixed:{tokens}" for tokens in (1, 8, 48))
 
 
