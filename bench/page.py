@@ -283,7 +283,7 @@ def regimes_workflows(results: Path) -> str:
                 for kv_tokens in (352_000, 176_000, 88_000):
                     systems = sizes.get(kv_tokens, {}).get(profile)
                     if not systems:
-                        row.append("")
+                        row.append("-")
                         continue
                     best, over = _best_over(systems, "kalypso")
                     row.append(f"{over:.2f}x {best}")

@@ -1,5 +1,6 @@
 """The regime benchmark: Kalypso's default policies against the baselines, cell by cell,
-under a GPU's step costs and a CPU's, on the simulator (deterministic, so exact).
+under a GPU's step costs and a CPU's, on the simulator (a virtual clock: exact, to within
+0.2% where index lookups run on threads beside it).
 
     python -m bench.regimes --out bench/results/regimes-sim.json    # every grid (make bench-paper)
     python -m bench.regimes --grids shapes --profiles gpu --workers 2
@@ -328,11 +329,12 @@ def heatmaps(records: Sequence[dict[str, Any]], out: Path) -> list[Path]:
             grid_values = [[float("nan")] * len(sizes) for _ in names]
             for v in rows_of:
                 grid_values[names.index(v.cell.workload)][sizes.index(v.cell.kv_tokens)] = v.speedup
-            figure, axes = plt.subplots(figsize=(2.2 + 1.3 * len(sizes), 1.2 + 0.4 * len(names)))
+            figure, axes = plt.subplots(figsize=(3.0 + 1.1 * len(sizes), 1.4 + 0.4 * len(names)))
             image = axes.imshow(grid_values, cmap="RdYlGn", norm=TwoSlopeNorm(1.0, 0.5, 2.0))
-            axes.set_xticks(range(len(sizes)), [f"{s:,}" for s in sizes])
+            axes.set_xticks(range(len(sizes)), [f"{s // 1000:,}k" for s in sizes])
             axes.set_yticks(range(len(names)), names)
             axes.set_xlabel("KV cache (tokens)")
+            axes.set_aspect("auto")
             for i, row in enumerate(grid_values):
                 for j, value in enumerate(row):
                     if value == value:
