@@ -8,6 +8,7 @@ kalypso engine calibrate [options]    measure what a step costs here (in-process
 kalypso demo [options]                the main job (see README)
 kalypso workflow run NAME [options]   a library workflow (Helium's), with a per-node report
 kalypso workflow explain NAME [...]   its plan: DAG, rewrites, radix tree, schedule
+kalypso batch run IN.jsonl -o OUT     an OpenAI-format batch file, ordered by shared prefix
 """
 
 from __future__ import annotations
@@ -214,6 +215,12 @@ def cmd_workflow_run(args: argparse.Namespace) -> int:
     return asyncio.run(run(args, console))
 
 
+def cmd_batch_run(args: argparse.Namespace) -> int:
+    from kalypso.batch.command import run
+
+    return asyncio.run(run(args, console))
+
+
 def cmd_workflow_explain(args: argparse.Namespace) -> int:
     from kalypso.workflow.command import run
 
@@ -327,6 +334,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_workflow_arguments(explain_workflow)
     explain_workflow.set_defaults(func=cmd_workflow_explain)
+
+    batch = sub.add_parser("batch", help="OpenAI-format batch files").add_subparsers(
+        dest="batch_command", required=True
+    )
+    from kalypso.batch.command import add_arguments as add_batch_arguments
+
+    run_batch = batch.add_parser(
+        "run", help="run a JSONL batch file (OpenAI's format) in input order, answers to -o"
+    )
+    add_batch_arguments(run_batch)
+    run_batch.set_defaults(func=cmd_batch_run)
 
     return parser
 

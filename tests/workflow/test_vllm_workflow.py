@@ -2,12 +2,16 @@
 greedy): the same outputs under every policy, a ``cacheable`` call's warmed document
 found in vLLM's prefix cache, a run that fails on a call's timeout leaving nothing
 behind - in the engine or in the ledger - after which the same engine answers as before,
-and a relational plan beside a workflow on one ledger, each answering as it does alone."""
+and a relational plan beside a workflow on one ledger, each answering as it does alone.
+A batch file (``kalypso.batch``) runs on the same engine: each line's answer is the one
+its request gets alone, in input order."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -15,6 +19,7 @@ import pytest
 import kalypso
 from kalypso import KVLedger, QueryError
 from kalypso import workflow as wf
+from kalypso.batch import arun_batch
 from kalypso.engine.vllm_local import LocalVLLMEngine
 from tests.conftest import deterministic_vllm_settings, poll_stats_until
 from tests.workflow.flows import debate, read_then_answer
@@ -115,3 +120,72 @@ async def test_a_query_and_a_workflow_share_the_engine_and_the_ledger(
     pd.testing.assert_frame_equal(query.frame, query_alone.frame)
     pd.testing.assert_frame_equal(flow.outputs, flow_alone.outputs)
     assert ledger.reserved_blocks == 0 and not ledger.owners
+
+
+async def test_a_batch_file_answers_each_line_as_its_request_alone(
+    engine: LocalVLLMEngine, tmp_path: Path
+) -> None:
+    lines = [
+        {
+            "custom_id": f"d{d}q{q}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "bundled",
+                "messages": [
+                    {"role": "system", "content": "Answer with one number."},
+                    {"role": "user", "content": f"{DOCS[d]}\n{QUESTIONS[q]}"},
+                ],
+                "max_tokens": 8,
+                "temperature": 0,
+            },
+        }
+        for q in range(2)
+        for d in range(3)
+    ]
+    lines.append(
+        {
+            "custom_id": "completion",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {
+                "model": "bundled",
+                "prompt": "1, 2, 3,",
+                "max_tokens": 4,
+                "temperature": 0,
+                "logprobs": 1,
+            },
+        }
+    )
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    await engine.reset_prefix_cache()
+    result = await arun_batch(source, tmp_path / "out.jsonl", engine)
+    assert (result.answered, result.failed) == (7, 0)
+    assert result.cached_tokens > 0  # the documents' second questions found them cached
+    together = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [o["custom_id"] for o in together] == [line["custom_id"] for line in lines]
+    for line, answer in zip(lines, together, strict=True):
+        single = tmp_path / "one.jsonl"
+        single.write_text(json.dumps(line) + "\n")
+        await engine.reset_prefix_cache()
+        await arun_batch(single, tmp_path / "one.out.jsonl", engine)
+        alone = json.loads((tmp_path / "one.out.jsonl").read_text())
+        got, want = (
+            answer["response"]["body"]["choices"][0],
+            alone["response"]["body"]["choices"][0],
+        )
+        assert got.get("message", got.get("text")) == want.get("message", want.get("text"))
+        assert got["finish_reason"] == want["finish_reason"]
+        if got["logprobs"] is not None:  # float32 in another batch: equal to 1e-4 nats
+            assert got["logprobs"]["tokens"] == want["logprobs"]["tokens"]
+            assert got["logprobs"]["token_logprobs"] == pytest.approx(
+                want["logprobs"]["token_logprobs"], abs=1e-4
+            )
+    logprobs = together[-1]["response"]["body"]["choices"][0]["logprobs"]
+    assert (
+        len(logprobs["token_logprobs"])
+        == together[-1]["response"]["body"]["usage"]["completion_tokens"]
+    )
+    stats = await engine.stats()
+    assert (stats.running_requests, stats.waiting_requests) == (0, 0)

@@ -100,6 +100,14 @@ class LLMNode:
     decision: Decision | None = None
     greedy: bool = True
     temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    """Sampling's nucleus and seed (used only when not ``greedy``)."""
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None
+    """Keep each generated token's logprob and this many most likely alternatives
+    (:attr:`~kalypso.core.instance.CallOutcome.logprobs`); None: none. A call that asks
+    for them is not continued below its cap (``first_bound_tokens`` must be None)."""
     continue_from: str | None = None
     deps: tuple[str, ...] = ()
     description: str = ""
@@ -343,5 +351,13 @@ def describe_decoding(node: LLMNode) -> str:
         )
         how = f"generate: max_tokens={node.max_tokens}{start}"
     sampling = "greedy" if node.greedy else f"temperature {node.temperature}"
+    if not node.greedy and node.top_p < 1.0:
+        sampling += f", top_p {node.top_p}"
+    if not node.greedy and node.seed is not None:
+        sampling += f", seed {node.seed}"
+    if node.stop:
+        sampling += f", stop {list(node.stop)}"
+    if node.logprobs is not None:
+        sampling += f", logprobs (top {node.logprobs})"
     cont = f", continues {node.continue_from}" if node.continue_from else ""
     return f"{how}, {sampling}{cont}"

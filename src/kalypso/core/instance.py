@@ -24,6 +24,11 @@ class CallOutcome:
             small margins are near-ties that another batch or machine could flip.
         from_result_cache: the result cache answered the call's last request, so the
             engine computed nothing for it.
+        logprobs: when the node asked for them, per generated token its own logprob
+            and the most likely ``(token id, logprob)`` pairs at that position.
+        error: the engine's error when the call failed and the run isolates call
+            errors (``RunOptions.isolate_call_errors``); then the text is empty and
+            ``finish_reason`` is ``"error"``.
     """
 
     text: str
@@ -33,6 +38,8 @@ class CallOutcome:
     decision: str | None = None
     margin: float = 0.0
     from_result_cache: bool = False
+    logprobs: tuple[tuple[float, tuple[tuple[int, float], ...]], ...] = ()
+    error: str | None = None
 
 
 @dataclass

@@ -78,6 +78,12 @@ class RunOptions:
             paper's Figure 12 ablations) every generative call starts at its bound.
         call_timeout_s: a call not finished after this many seconds fails the run
             (:class:`~kalypso.engine.protocol.EngineTimeoutError`); None: the engine's own.
+        isolate_call_errors: a call the engine fails (an
+            :class:`~kalypso.engine.protocol.EngineError`: a timeout, a prompt too long,
+            a refused request) does not fail the run: the call's outcome carries the
+            error, with empty text, and everything else goes on. For front ends whose
+            calls are independent requests (batch files); cancelling the run still stops
+            everything.
         deadlock_check_s: with explicit pinning, how long without a completion before
             asking the engine whether pins hold it stuck; each check that finds it
             running doubles the wait, up to 8x.
@@ -100,6 +106,7 @@ class RunOptions:
     fixed_bound_tokens: int | None = None
     reserve_cap_when_it_fits: bool = True
     call_timeout_s: float | None = 600.0
+    isolate_call_errors: bool = False
     deadlock_check_s: float = 0.25
     near_tie_margin: float = 0.1
     system_prompt: str = DEFAULT_SYSTEM_PROMPT

@@ -53,6 +53,7 @@ from kalypso.core.stats import OperatorStats
 from kalypso.engine.protocol import (
     Engine,
     EngineCapacity,
+    EngineError,
     EngineTimeoutError,
     GenerateRequest,
     GenerateResult,
@@ -397,17 +398,29 @@ class PipelineRunner:
             priority=task.priority,
             greedy=node.greedy,
             temperature=node.temperature,
+            top_p=node.top_p,
+            seed=node.seed,
+            stop=node.stop,
             pin_key=task.pin_key,
             pin_blocks=task.pin_blocks,
             pin_soft=task.pin_soft,
             allowed_token_ids=tuple(decision_ids) if decision_ids else None,
-            logprobs=len(decision_ids) if decision_ids else None,
+            logprobs=len(decision_ids) if decision_ids else node.logprobs,
             timeout_s=state.options.call_timeout_s,
         )
         stats = state.stats_for(node.op_id)
         expected = program.expected_cached_tokens(Prompt.from_ids(state.layout, prompt_ids))
         least = state.ideal_cache.measure(prompt_ids)
-        result, from_result_cache = await self._generate(request)
+        try:
+            result, from_result_cache = await self._generate(request)
+        except EngineError as exc:
+            if not state.options.isolate_call_errors:
+                raise
+            logger.info("%s failed, isolated: %s", request.request_id, exc)
+            stats.failed_calls += 1
+            error = f"{type(exc).__name__}: {exc}"
+            program.on_call_result(CallOutcome("", (), "error", step.prompt.ids, error=error))
+            return None
         state.ideal_cache.remember(
             prompt_ids + result.output_token_ids, len(prompt_ids), least.chain_key
         )
@@ -449,6 +462,9 @@ class PipelineRunner:
                 result.finish_reason,
                 step.prompt.ids,
                 from_result_cache=from_result_cache,
+                logprobs=tuple(zip(result.token_logprobs, result.logprobs, strict=False))
+                if node.logprobs is not None
+                else (),
             )
         program.on_call_result(outcome)
         return None

@@ -35,6 +35,8 @@ class OperatorStats:
     continued_tokens: int = 0
     decisions: int = 0
     near_ties: int = 0
+    failed_calls: int = 0
+    """Calls the engine failed, isolated (``RunOptions.isolate_call_errors``)."""
     llm_time_s: float = 0.0
     dependent_calls: int = 0
     """Requests on an instance whose previous request left a prefix they should reuse."""

@@ -67,6 +67,10 @@ class GenerateRequest:
         priority: lower is admitted first (vLLM's convention); ties in arrival order.
         greedy: greedy decoding (temperature 0) when true, else ``temperature`` sampling.
         temperature: used only when ``greedy`` is false.
+        top_p: nucleus sampling (1.0: off); used only when ``greedy`` is false.
+        seed: the sampling seed of this request (None: the engine's); used only when
+            ``greedy`` is false. The simulator does not sample: its outputs depend on the
+            prompt alone.
         stop: strings that end generation (finish reason "stop"), not included in the text.
         ignore_eos: keep generating past the end-of-sequence token (for load generation).
         pin_key: explicit pinning: when the request finishes, its full (cached) blocks
@@ -94,6 +98,8 @@ class GenerateRequest:
     priority: int = 0
     greedy: bool = True
     temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     pin_key: str | None = None
@@ -112,6 +118,8 @@ class GenerateRequest:
             raise ValueError(f"request {self.request_id!r}: max_tokens must be >= 1")
         if not self.greedy and self.temperature <= 0:
             raise ValueError(f"request {self.request_id!r}: sampling needs temperature > 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"request {self.request_id!r}: top_p must be in (0, 1]")
         if not isinstance(self.prompt_token_ids, tuple):
             object.__setattr__(self, "prompt_token_ids", tuple(self.prompt_token_ids))
         if self.pin_key is None and (self.pin_blocks is not None or self.pin_soft):
@@ -170,6 +178,9 @@ class GenerateResult:
     logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
     """When requested: per generated position, ``(token id, logprob)`` pairs, most likely
     first (see :attr:`GenerateRequest.logprobs`)."""
+    token_logprobs: tuple[float, ...] = ()
+    """When logprobs were requested: each generated token's own log-probability (the
+    sampled token, whether or not it is among the most likely ``logprobs``)."""
 
     @property
     def output_tokens(self) -> int:

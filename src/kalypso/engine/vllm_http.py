@@ -429,6 +429,10 @@ class HTTPVLLMEngine:
         }
         if request.stop:
             body["stop"] = list(request.stop)
+        if not request.greedy:
+            body["top_p"] = request.top_p
+            if request.seed is not None:
+                body["seed"] = request.seed
         pin_args = pin_extra_args(request.pin_key, request.pin_blocks, request.pin_soft)
         if pin_args is not None:
             body["vllm_xargs"] = pin_args
@@ -483,9 +487,13 @@ class HTTPVLLMEngine:
         finish_reason = as_finish_reason(choice.get("finish_reason"), request.request_id)
         total_s = time.monotonic() - started_s
         logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+        token_logprobs: tuple[float, ...] = ()
         if request.logprobs is not None:
-            logprobs = parse_top_logprobs(
-                (choice.get("logprobs") or {}).get("top_logprobs"), request.logprobs
+            returned = choice.get("logprobs") or {}
+            logprobs = parse_top_logprobs(returned.get("top_logprobs"), request.logprobs)
+            token_logprobs = tuple(
+                float("-inf") if value is None else float(value)
+                for value in returned.get("token_logprobs") or ()
             )
         result = GenerateResult(
             request_id=request.request_id,
@@ -496,6 +504,7 @@ class HTTPVLLMEngine:
             cached_tokens=int(details.get("cached_tokens") or 0),
             timings=RequestTimings(queued_s=0.0, first_token_s=0.0, total_s=total_s),
             logprobs=logprobs,
+            token_logprobs=token_logprobs,
         )
         logger.debug(
             "request %r finished (%s): %d output tokens, %d cached, %.3f s",

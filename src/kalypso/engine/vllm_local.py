@@ -37,7 +37,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kalypso.engine.calibration import measured_cost_model
@@ -110,6 +110,23 @@ def top_logprobs(position: dict[int, Any] | None, limit: int) -> tuple[tuple[int
     is not among the top ``limit``; it is ``output_token_ids[i]`` anyway)."""
     pairs = [(int(token), float(entry.logprob)) for token, entry in (position or {}).items()]
     return tuple(sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:limit])
+
+
+def sampled_logprobs(
+    token_ids: Sequence[int], positions: Sequence[dict[int, Any] | None] | None
+) -> tuple[float, ...]:
+    """Each generated token's own logprob from vLLM's per-position dicts (vLLM always
+    includes the sampled token); () when vLLM returned none."""
+    if not positions:
+        return ()
+    return tuple(
+        float(position[token].logprob) if position and token in position else float("-inf")
+        for token, position in zip(token_ids, positions, strict=False)
+    )
+
+
+def _seed(request_seed: int | None, engine_seed: int | None) -> int | None:
+    return request_seed if request_seed is not None else engine_seed
 
 
 class _StatsCollector:
@@ -350,9 +367,10 @@ class LocalVLLMEngine:
         params = SamplingParams(
             max_tokens=request.max_tokens,
             temperature=0.0 if request.greedy else request.temperature,
+            top_p=1.0 if request.greedy else request.top_p,
             stop=list(request.stop) or None,
             ignore_eos=request.ignore_eos,
-            seed=None if request.greedy else self._settings.seed,
+            seed=None if request.greedy else _seed(request.seed, self._settings.seed),
             extra_args=pin_extra_args(request.pin_key, request.pin_blocks, request.pin_soft),
             allowed_token_ids=(
                 None if request.allowed_token_ids is None else list(request.allowed_token_ids)
@@ -417,6 +435,11 @@ class LocalVLLMEngine:
                 ()
                 if request.logprobs is None
                 else tuple(top_logprobs(p, request.logprobs) for p in completion.logprobs or ())
+            ),
+            token_logprobs=(
+                ()
+                if request.logprobs is None
+                else sampled_logprobs(completion.token_ids, completion.logprobs)
             ),
         )
         logger.debug(

@@ -419,6 +419,10 @@ class SimEngine:
                 scheduled_at_s=request.first_scheduled_s,
             ),
             logprobs=completion.logprobs,
+            token_logprobs=tuple(
+                dict(position).get(token, float("-inf"))
+                for token, position in zip(completion.token_ids, completion.logprobs, strict=False)
+            ),
         )
 
     def _set_exception(self, request_id: str, error: EngineError) -> None:

@@ -1,0 +1,8 @@
+"""Batch files: OpenAI-format JSONL requests run on Kalypso's core, ordered by shared
+prefix (:func:`arun_batch`, ``kalypso batch run``)."""
+
+from kalypso.batch.reader import BatchFileError
+from kalypso.batch.run import BatchResult, arun_batch
+from kalypso.batch.schema import BatchRequest, LineError
+
+__all__ = ["BatchFileError", "BatchRequest", "BatchResult", "LineError", "arun_batch"]
