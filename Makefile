@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kalypso-installed
 
-.PHONY: setup demo test lint docs clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows
+.PHONY: setup demo test lint docs clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows bench-batch
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -88,6 +88,18 @@ bench-more: setup pz-venv
 # their baselines under a GPU's and a CPU's step costs, a heatmap per grid.
 bench-paper: setup
 	$(BIN)/python -m bench.regimes --out $(RESULTS)/regimes-sim.json
+
+BATCH_FILE = --documents 12 --questions 6 --max-tokens 16
+BATCH_PAPER = --documents 1000 --questions 8 --document-words 1000 --max-tokens 64
+bench-batch: setup
+	rm -f $(RESULTS)/batch-quick-$(HOST_SLUG).json $(RESULTS)/batch-sim.json
+	for kv in 2048 2048 16384; do $(BIN)/python -m bench.batch_bench --engine vllm $(BATCH_FILE) \
+		--kv-tokens $$kv --max-num-seqs 8 --out $(RESULTS)/batch-quick-$(HOST_SLUG).json || exit 1; done
+	for kv in 88000 352000 2000000; do $(BIN)/python -m bench.batch_bench --engine sim $(BATCH_PAPER) \
+		--sim-profile qwen3-8b-h100 --kv-tokens $$kv --out $(RESULTS)/batch-sim.json || exit 1; done
+	for kv in 88000 2000000; do $(BIN)/python -m bench.batch_bench --engine sim --documents 200 \
+		--questions 8 --document-words 1000 --max-tokens 64 --sim-profile smollm2-cpu-f32 \
+		--kv-tokens $$kv --out $(RESULTS)/batch-sim.json || exit 1; done
 
 clean-venv:
 	rm -rf $(VENV)

@@ -349,3 +349,18 @@ def test_the_command_runs_a_file_and_says_how_it_went(tmp_path: Path) -> None:
     assert read(tmp_path / "out.jsonl.errors.jsonl")[0]["custom_id"] == "b"
     write(source, [chat("a", "q"), "{"])
     assert main(["batch", "run", str(source), "-o", str(out), *sim]) == 2
+
+
+def test_chunks_gather_the_questions_of_a_document_wherever_they_are_in_the_file(
+    tmp_path: Path,
+) -> None:
+    from kalypso.batch.reader import check_file
+
+    lines = docs_by_questions(6, 4, seed=3)
+    index = check_file(write(tmp_path / "in.jsonl", lines))
+    chunks = list(index.chunks(4))
+    assert len(chunks) == 6
+    for chunk in chunks:
+        assert len({r.custom_id.split("q")[0] for r in chunk}) == 1  # one document each
+        assert [r.line for r in chunk] == sorted(r.line for r in chunk)
+    assert sorted(r.line for chunk in chunks for r in chunk) == list(range(1, 25))

@@ -98,6 +98,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
                 options=options,
                 chunk_requests=args.chunk_requests,
                 on_progress=show,
+                index=summary,
             )
     finally:
         await engine.close()

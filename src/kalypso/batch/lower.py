@@ -22,6 +22,7 @@ LLM node whose messages are slots, one instance per distinct request::
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,6 +77,36 @@ class RawSlot:
         return self.ids(instance, layout)
 
 
+PREFIX_CHARS = (256, 1024, 4096, 16384)
+"""Where :func:`prefix_key` cuts the last message: a key part per length."""
+
+
+def prefix_key(request: BatchRequest) -> bytes:
+    """A key that sorts requests sharing a prefix next to each other: 8-byte digests of
+    the url and roles, of each message but the last (chained), and of the last message's
+    first :data:`PREFIX_CHARS` characters. Equal prefixes give equal leading parts, so a
+    sort groups requests by system prompt, then by the start of what follows (a few-shot
+    block, a document). Used to form chunks; the order within a chunk is the tokens'."""
+
+    def digest(data: str, chain: bytes) -> bytes:
+        return hashlib.blake2b(
+            chain + data.encode("utf-8", "surrogatepass"), digest_size=8
+        ).digest()
+
+    roles = ",".join(role for role, _ in request.messages)
+    chain = digest(f"{request.url}|{roles}", b"")
+    parts = [chain]
+    for _, text in request.messages[:-1]:
+        chain = digest(text, chain)
+        parts.append(chain)
+    last = request.messages[-1][1]
+    for chars in PREFIX_CHARS:
+        parts.append(digest(last[:chars], chain))
+        if len(last) <= chars:
+            break
+    return b"".join(parts)
+
+
 ShapeKey = tuple[Any, ...]
 
 
@@ -115,7 +146,9 @@ def _slot(request: BatchRequest, index: int) -> Slot:
     return Slot(ValueSlot(name) if request.is_chat else RawSlot(name))
 
 
-def _prompt_ids(request: BatchRequest, instance: Instance, layout: ChatLayout) -> TokenIds:
+def prompt_ids(request: BatchRequest, instance: Instance, layout: ChatLayout) -> TokenIds:
+    """``request``'s prompt as the core sends it (``instance`` holds its messages as
+    ``m0``, ``m1``, ...: :func:`instance_of`)."""
     roles = tuple(role for role, _ in request.messages)
     bounds = layout.boundaries(roles)
     ids: list[int] = []
@@ -124,6 +157,11 @@ def _prompt_ids(request: BatchRequest, instance: Instance, layout: ChatLayout) -
         ids.extend(_slot(request, index).source.ids(instance, layout))
     ids.extend(bounds[-1])
     return tuple(ids)
+
+
+def instance_of(request: BatchRequest) -> Instance:
+    """An instance holding ``request``'s message texts as ``m0``, ``m1``, ..."""
+    return Instance((0,), {f"m{i}": text for i, (_, text) in enumerate(request.messages)})
 
 
 def lower_shape(
@@ -148,9 +186,8 @@ def lower_shape(
         if request.greedy and key in distinct:
             prompts[distinct[key]][2].append(request.line)
             continue
-        values = {f"m{i}": text for i, (_, text) in enumerate(request.messages)}
-        instance = Instance((0,), values)
-        ids = _prompt_ids(request, instance, layout)
+        instance = instance_of(request)
+        ids = prompt_ids(request, instance, layout)
         need = len(ids) + (request.max_tokens or 1)
         if need > max_model_len_tokens:
             refused.append(

@@ -1,19 +1,24 @@
-"""Reading a batch file: validate every line before anything runs, then stream it in
-chunks.
+"""Reading a batch file: validate every line before anything runs, then read it again
+in chunks of requests that share prefixes.
 
-:func:`check_file` reads the whole file once, in constant memory apart from the set of
-custom ids, and raises :class:`BatchFileError` with every refused line (up to
-``max_errors``): a file with one bad line runs nothing. :func:`chunks` then reads it again,
-``chunk_requests`` requests at a time, so a file of a million lines is never held whole.
+:func:`check_file` reads the whole file once and raises :class:`BatchFileError` with every
+refused line (up to ``max_errors``): a file with one bad line runs nothing. Of a valid file
+it keeps an index (:class:`FileIndex`: per line its number, byte offset and prefix key,
+and the custom ids), never the requests: a file of a million lines is never held whole.
+:meth:`FileIndex.chunks` then reads the requests ``chunk_requests`` at a time, in the
+order of their prefix keys, so that the questions asked of one document land in one
+chunk wherever they are in the file.
 """
 
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from kalypso.batch.lower import prefix_key
 from kalypso.batch.schema import BatchRequest, LineError, parse_line
 from kalypso.core.errors import PlanError
 
@@ -34,33 +39,62 @@ class BatchFileError(PlanError):
         self.errors = errors
 
 
-@dataclass(frozen=True)
-class FileSummary:
-    """What :func:`check_file` found: the requests and the one model they name."""
+@dataclass
+class FileIndex:
+    """What :func:`check_file` keeps of a valid file: the one model its lines name, and
+    per request its line number, byte offset and prefix key (a few dozen bytes a line,
+    whatever the line's length)."""
 
-    requests: int
+    path: Path
     model: str
+    lines: array[int] = field(default_factory=lambda: array("Q"))
+    offsets: array[int] = field(default_factory=lambda: array("Q"))
+    keys: list[bytes] = field(default_factory=list)
+
+    @property
+    def requests(self) -> int:
+        return len(self.lines)
+
+    def chunks(self, chunk_requests: int) -> Iterator[list[BatchRequest]]:
+        """The requests in the order of their prefix keys (those sharing a system prompt,
+        then a document, adjacent), ``chunk_requests`` at a time, read from the file by
+        offset, each chunk in file order.
+
+        Raises:
+            ValueError: ``chunk_requests`` below 1.
+        """
+        if chunk_requests < 1:
+            raise ValueError(f"chunk_requests must be >= 1, got {chunk_requests}")
+        order = sorted(range(len(self.keys)), key=lambda i: (self.keys[i], i))
+        with self.path.open("rb") as handle:
+            for start in range(0, len(order), chunk_requests):
+                chunk = []
+                for index in sorted(order[start : start + chunk_requests]):
+                    handle.seek(self.offsets[index])
+                    text = handle.readline().decode("utf-8")
+                    chunk.append(parse_line(text, self.lines[index]))
+                yield chunk
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8", errors="strict") as handle:
-        number = 0
-        while True:
+def _lines(path: Path) -> Iterator[tuple[int, int, str]]:
+    """``(line number, byte offset, text)`` of each non-blank line."""
+    with path.open("rb") as handle:
+        offset = 0
+        for number, raw in enumerate(handle, start=1):
             try:
-                text = handle.readline()
+                text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise BatchFileError(
-                    path, [LineError(number + 1, "(line)", f"not UTF-8 ({exc.reason})")]
+                    path, [LineError(number, "(line)", f"not UTF-8 ({exc.reason})")]
                 ) from None
-            if not text:
-                return
-            number += 1
             if text.strip():
-                yield number, text
+                yield number, offset, text
+            offset += len(raw)
 
 
-def check_file(path: Path, max_errors: int = MAX_ERRORS) -> FileSummary:
-    """Validate every line of ``path``: the request on each, custom ids unique, one model.
+def check_file(path: Path, max_errors: int = MAX_ERRORS) -> FileIndex:
+    """Validate every line of ``path``: the request on each, custom ids unique, one model;
+    index the valid file.
 
     Raises:
         BatchFileError: one or more lines are refused (each with its line and field), the
@@ -70,10 +104,9 @@ def check_file(path: Path, max_errors: int = MAX_ERRORS) -> FileSummary:
         raise BatchFileError(path, [LineError(0, "(file)", "no such file")])
     errors: list[LineError] = []
     seen: dict[str, int] = {}
-    model: str | None = None
-    count = 0
+    index: FileIndex | None = None
     more = False
-    for number, text in _lines(path):
+    for number, offset, text in _lines(path):
         try:
             request = parse_line(text, number)
         except LineError as exc:
@@ -85,13 +118,19 @@ def check_file(path: Path, max_errors: int = MAX_ERRORS) -> FileSummary:
                 error = LineError(
                     number, "custom_id", f"{request.custom_id!r} repeats line {first}"
                 )
-            elif model is None:
-                model = request.model
-            elif request.model != model:
+            elif index is None:
+                index = FileIndex(path, request.model)
+            elif request.model != index.model:
                 error = LineError(
-                    number, "body.model", f"{request.model!r}: the file's lines name {model!r}"
+                    number,
+                    "body.model",
+                    f"{request.model!r}: the file's lines name {index.model!r}",
                 )
-            count += 1
+            if error is None and not errors:
+                assert index is not None
+                index.lines.append(number)
+                index.offsets.append(offset)
+                index.keys.append(prefix_key(request))
         if error is not None:
             if len(errors) == max_errors:
                 more = True
@@ -99,22 +138,7 @@ def check_file(path: Path, max_errors: int = MAX_ERRORS) -> FileSummary:
             errors.append(error)
     if errors:
         raise BatchFileError(path, errors, more)
-    if count == 0 or model is None:
+    if index is None:
         raise BatchFileError(path, [LineError(0, "(file)", "no request in the file")])
-    logger.info("%s: %d requests for model %s", path, count, model)
-    return FileSummary(count, model)
-
-
-def chunks(path: Path, chunk_requests: int) -> Iterator[list[BatchRequest]]:
-    """The file's requests in order, ``chunk_requests`` at a time (after
-    :func:`check_file` passed: a line refused now raises :class:`LineError`)."""
-    if chunk_requests < 1:
-        raise ValueError(f"chunk_requests must be >= 1, got {chunk_requests}")
-    chunk: list[BatchRequest] = []
-    for number, text in _lines(path):
-        chunk.append(parse_line(text, number))
-        if len(chunk) == chunk_requests:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+    logger.info("%s: %d requests for model %s", path, index.requests, index.model)
+    return index

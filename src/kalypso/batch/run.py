@@ -7,16 +7,22 @@ Greedy answers go through one result cache for the whole file: a request equal t
 answered in an earlier chunk is answered from it. A call the engine fails (a timeout, a
 refusal) is that line's error; the other lines go on.
 
-Output goes to ``<out>.part`` and is renamed to ``out`` when every line is written: a run
-that fails or is cancelled leaves the lines of its finished chunks there, in order, and
-no ``out``.
+Chunks are formed in the order of the requests' prefix keys (:meth:`FileIndex.chunks`),
+so a chunk's answers are for lines anywhere in the file: each chunk's lines go to a
+temporary file beside the output, in line order, and the files are merged in input
+order at the end (reading a line of each at a time). A run that fails or is cancelled
+merges the chunks it finished into ``<out>.part`` (input order, the unfinished lines
+missing) and writes no ``out``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
 import json
 import logging
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -26,7 +32,7 @@ from typing import IO, Any
 
 from kalypso.batch import output
 from kalypso.batch.lower import Shape, lower_shape, shape_key
-from kalypso.batch.reader import check_file, chunks
+from kalypso.batch.reader import FileIndex, check_file
 from kalypso.batch.schema import BatchRequest
 from kalypso.core.bounds import BoundPolicy
 from kalypso.core.dataflow import FlowPlan, root_programs
@@ -103,12 +109,15 @@ async def arun_batch(
     options: RunOptions | None = None,
     chunk_requests: int = CHUNK_REQUESTS,
     on_progress: Progress | None = None,
+    index: FileIndex | None = None,
 ) -> BatchResult:
     """Run the OpenAI-format batch file ``input_path`` on ``engine``; answers go to
     ``output_path`` and failed lines to ``error_path`` (default ``<output>.errors.jsonl``,
     written only when a line failed), both in input order.
 
     ``options`` are the core's (the policy, the call timeout); ``cache-aware`` by default.
+    ``index``: the file already checked (:func:`~kalypso.batch.reader.check_file`), so it
+    is not read twice.
 
     Raises:
         BatchFileError: a line is refused (line and field named); nothing was run.
@@ -122,7 +131,8 @@ async def arun_batch(
         raise PlanError(f"chunk_requests must be >= 1, got {chunk_requests}")
     if target.resolve() == source.resolve():
         raise PlanError(f"the output {target} would overwrite the input")
-    summary = check_file(source)
+    if index is None or index.path != source:
+        index = check_file(source)
     base = options or RunOptions()
     run_options = RunOptions(
         **{
@@ -132,27 +142,28 @@ async def arun_batch(
             "system_prompt": "",
         }
     )
-    result = BatchResult(model=summary.model)
+    result = BatchResult(model=index.model)
     ledger = KVLedger(engine.capacity.num_blocks)
     cache = PromptResultCache(engine.name)
-    partial = target.with_name(target.name + ".part")
-    errors_partial = errors_to.with_name(errors_to.name + ".part")
     batch_id = uuid.uuid4().hex[:8]
-    with partial.open("w", encoding="utf-8") as out, errors_partial.open("w") as err:
-        for number, chunk in enumerate(chunks(source, chunk_requests)):
-            await _run_chunk(
-                chunk, engine, run_options, ledger, cache, f"b{batch_id}c{number}", out, err, result
-            )
-            result.chunks += 1
-            result.time_s = time.monotonic() - started
-            if on_progress is not None:
-                on_progress(result)
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as tmp:
+        pieces: list[Path] = []
+        try:
+            for number, chunk in enumerate(index.chunks(chunk_requests)):
+                piece = Path(tmp) / f"chunk-{number}.tsv"
+                with piece.open("w", encoding="utf-8") as sink:
+                    owner = f"b{batch_id}c{number}"
+                    await _run_chunk(chunk, engine, run_options, ledger, cache, owner, sink, result)
+                pieces.append(piece)
+                result.chunks += 1
+                result.time_s = time.monotonic() - started
+                if on_progress is not None:
+                    on_progress(result)
+        except BaseException:
+            _merge(pieces, target.with_name(target.name + ".part"), None)
+            raise
+        _merge(pieces, target, errors_to if result.failed else None)
     result.result_cache_hits = cache.stats.hits
-    partial.replace(target)
-    if result.failed:
-        errors_partial.replace(errors_to)
-    else:
-        errors_partial.unlink()
     result.time_s = time.monotonic() - started
     logger.info("batch %s: %s", source, result.summary())
     return result
@@ -165,10 +176,11 @@ async def _run_chunk(
     ledger: KVLedger,
     cache: PromptResultCache,
     owner: str,
-    out: IO[str],
-    err: IO[str],
+    sink: IO[str],
     result: BatchResult,
 ) -> None:
+    """Run ``chunk``; write a line per request to ``sink``, in line order: its number, a
+    tab, ``a`` (answered) or ``e`` (failed), a tab, the output line's JSON."""
     groups: dict[Any, list[BatchRequest]] = {}
     for request in chunk:
         groups.setdefault(shape_key(request), []).append(request)
@@ -216,15 +228,33 @@ async def _run_chunk(
                 request.line,
                 ("engine_error", (found.error if found else None) or "no answer"),
             )
-            err.write(json.dumps(output.failed(request, code, message)) + "\n")
+            sink.write(f"{request.line}\te\t{json.dumps(output.failed(request, code, message))}\n")
             result.failed += 1
             result.errors[code] = result.errors.get(code, 0) + 1
             continue
         answer = output.answered(request, found, engine.tokenizer)
-        out.write(json.dumps(answer, ensure_ascii=False) + "\n")
+        sink.write(f"{request.line}\ta\t{json.dumps(answer, ensure_ascii=False)}\n")
         result.answered += 1
-    out.flush()
-    err.flush()
+
+
+def _merge(pieces: list[Path], answers_to: Path, errors_to: Path | None) -> None:
+    """Merge the chunks' lines (each piece in line order) into ``answers_to`` and, when
+    given, ``errors_to``, in input order; a piece is read a line at a time."""
+    handles = [piece.open(encoding="utf-8") for piece in pieces]
+    try:
+        rows = heapq.merge(*handles, key=lambda row: int(row.split("\t", 1)[0]))
+        with contextlib.ExitStack() as stack:
+            answers = stack.enter_context(answers_to.open("w", encoding="utf-8"))
+            errors = stack.enter_context(errors_to.open("w")) if errors_to else None
+            for row in rows:
+                _, kind, text = row.split("\t", 2)
+                if kind == "a":
+                    answers.write(text)
+                elif errors is not None:
+                    errors.write(text)
+    finally:
+        for handle in handles:
+            handle.close()
 
 
 async def _run_shape(
