@@ -68,6 +68,8 @@ WORKFLOWS = Source(
 )
 WORKFLOWS_BOUND = Source("workflows-bound-epyc-avx512.json", "make bench-workflows")
 REGIMES = Source("regimes-sim.json", "make bench-paper")
+BATCH = Source("batch-quick-epyc-avx512.json", "make bench-batch")
+BATCH_SIM = Source("batch-sim.json", "make bench-batch")
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -292,7 +294,58 @@ def regimes_workflows(results: Path) -> str:
     return "\n".join([f"- {REGIMES.caption(records)}", "", *_table(header, rows)])
 
 
+def batch(results: Path) -> str:
+    """A batch file through ``vllm run-batch``, the OpenAI client at the server's width and
+    ``kalypso batch run``: each peer's time over Kalypso's in the same run (mean and range
+    over repeats), prefill and hit rates, on real vLLM and on the simulator."""
+    parts = []
+    for source in (BATCH, BATCH_SIM):
+        records = source.records(results)
+        runs: dict[tuple[str, str], list[dict[str, Record]]] = defaultdict(list)
+        for r in records:
+            cell = runs[(r["engine"], r["file"])]
+            if not cell or r["system"] in cell[-1]:
+                cell.append({})
+            cell[-1][r["system"]] = r
+        rows = []
+        for (engine, file), repeats in runs.items():
+            kalypso = [v["kalypso"] for v in repeats]
+            row = [
+                engine,
+                file.split(" (")[0],
+                f"{statistics.mean(k['time_s'] for k in kalypso):.1f}",
+            ]
+            for peer in ("vllm-run-batch", "openai-client"):
+                ratios = [v[peer]["time_s"] / v["kalypso"]["time_s"] for v in repeats]
+                spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+                row.append(f"{statistics.mean(ratios):.2f}x{spread}")
+            first = repeats[0]
+            mine, them = first["kalypso"], first["vllm-run-batch"]
+            row.append(f"{mine['prefill_tokens']:,} / {them['prefill_tokens']:,}")
+            row.append(
+                f"{first['kalypso']['hit_rate']:.0%} / {first['vllm-run-batch']['hit_rate']:.0%}"
+            )
+            same = [
+                v[s]["same_answers"] for v in repeats for s in v if v[s]["same_answers"] is not None
+            ]
+            row.append(f"{min(same):.0%}")
+            rows.append(row)
+        header = [
+            "engine",
+            "file",
+            "Kalypso (s)",
+            "run-batch over Kalypso",
+            "OpenAI client over Kalypso",
+            "prefill tokens: Kalypso / run-batch",
+            "hit rate: Kalypso / run-batch",
+            "same answers",
+        ]
+        parts += [f"- {source.caption(records)}", "", *_table(header, rows), ""]
+    return "\n".join(parts[:-1])
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
+    "batch": batch,
     "relational": relational,
     "relational-bound": relational_bound,
     "workflows": workflows,

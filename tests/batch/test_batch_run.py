@@ -16,6 +16,7 @@ from kalypso.batch import BatchFileError, BatchResult, arun_batch
 from kalypso.batch.lower import lower_shape
 from kalypso.batch.schema import parse_line
 from kalypso.core.errors import PlanError
+from kalypso.core.options import RunOptions
 from kalypso.engine.protocol import EngineError, GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine
 
@@ -364,3 +365,21 @@ def test_chunks_gather_the_questions_of_a_document_wherever_they_are_in_the_file
         assert len({r.custom_id.split("q")[0] for r in chunk}) == 1  # one document each
         assert [r.line for r in chunk] == sorted(r.line for r in chunk)
     assert sorted(r.line for chunk in chunks for r in chunk) == list(range(1, 25))
+
+
+class HangingSim(SimEngine):
+    """Never answers a request whose prompt contains ``HANG`` (ignores its timeout)."""
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        if "HANG" in self.tokenizer.decode(list(request.prompt_token_ids)):
+            await asyncio.Event().wait()
+        return await super().generate(request)
+
+
+def test_a_hanging_call_times_out_as_its_lines_error(tmp_path: Path) -> None:
+    engine = HangingSim(PROFILE, num_blocks=64, block_size_tokens=16, max_num_seqs=8)
+    lines = [chat("ok", "fine"), chat("hang", "HANG please"), chat("ok2", "also fine")]
+    result = run(lines, tmp_path, engine, options=RunOptions(call_timeout_s=0.2))
+    assert result.answered == 2 and result.failed == 1
+    error = read(tmp_path / "out.jsonl.errors.jsonl")[0]
+    assert error["custom_id"] == "hang" and "EngineTimeoutError" in error["error"]["message"]
