@@ -126,15 +126,15 @@ def shape_key(request: BatchRequest) -> ShapeKey:
 @dataclass
 class Shape:
     """One task graph of a chunk: its node, its layout, its instances in radix order.
+    (:func:`lower_shape` returns the lines refused as too long beside it.)
 
     ``lines_of[i]`` are the request lines instance ``i`` answers (one, or several equal
-    greedy bodies); ``too_long`` the lines refused before the run."""
+    greedy bodies)."""
 
     graph: TaskGraph
     layout: ChatLayout
     instances: list[Instance]
     lines_of: list[list[int]]
-    prompt_tokens: int
 
 
 def layout_for(request: BatchRequest, tokenizer: Tokenizer) -> ChatLayout:
@@ -232,5 +232,4 @@ def lower_shape(
     )
     names = tuple(f"m{i}" for i in range(len(first.messages)))
     graph = TaskGraph((InputNode(INPUT, names, "a request's messages"), node), name="batch")
-    total = sum(len(p[0]) for p in prompts)
-    return Shape(graph, layout, instances, lines_of, total), refused
+    return Shape(graph, layout, instances, lines_of), refused
