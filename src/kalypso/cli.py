@@ -28,6 +28,7 @@ from rich.markup import escape
 
 from kalypso.core.errors import PlanError, QueryError
 from kalypso.engine.cost_model import CostModel
+from kalypso.engine.open import parse_size_bytes
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.quiet import output_to
 from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings, calibration_key
@@ -43,19 +44,6 @@ from kalypso.models import (
 console = Console(stderr=True)
 
 
-def _parse_bytes(text: str) -> int:
-    """``"256MiB"``, ``"0.1GiB"``, ``"50000000"`` -> bytes."""
-    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-    lowered = text.strip().lower()
-    for suffix, factor in units.items():
-        if lowered.endswith(suffix):
-            return int(float(lowered[: -len(suffix)]) * factor)
-    try:
-        return int(lowered)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (try 64MiB)") from None
-
-
 def _add_engine_options(parser: argparse.ArgumentParser, kv_default: int) -> None:
     parser.add_argument(
         "--model",
@@ -64,7 +52,7 @@ def _add_engine_options(parser: argparse.ArgumentParser, kv_default: int) -> Non
     )
     parser.add_argument(
         "--kv-cache-bytes",
-        type=_parse_bytes,
+        type=parse_size_bytes,
         default=kv_default,
         help="KV cache size, e.g. 64MiB (default %(default)s bytes)",
     )
@@ -295,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--kv-cache-bytes",
-        type=_parse_bytes,
+        type=parse_size_bytes,
         default=None,
         help="KV cache size instead, e.g. 64MiB",
     )

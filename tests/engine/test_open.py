@@ -1,11 +1,13 @@
 """``open_engine`` on the simulator: the spec's overrides reach the engine, bad specs are
-refused before anything starts."""
+refused before anything starts; the command lines' sizes (``--kv-cache-bytes 64MiB``)."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from kalypso.engine.open import EngineSpec, open_engine
+from kalypso.engine.open import EngineSpec, open_engine, parse_size_bytes
 from kalypso.engine.protocol import GenerateRequest
 
 
@@ -56,3 +58,23 @@ async def test_sim_spec_sets_the_length_of_free_form_answers() -> None:
 def test_bad_specs_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EngineSpec(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("64MiB", 64 * 2**20),
+        ("0.5GiB", 2**29),
+        ("64MB", 64_000_000),
+        ("1000", 1000),
+        (" 2kib ", 2048),
+    ],
+)
+def test_a_size_reads_with_or_without_a_unit(text: str, size: int) -> None:
+    assert parse_size_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "MiB", "big", "1.5.2GiB", "12 apples"])
+def test_a_bad_size_is_refused_with_a_hint(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="try 64MiB"):
+        parse_size_bytes(text)

@@ -6,6 +6,7 @@ starts (and stops), a running server at a URL, or the simulator.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 from dataclasses import dataclass, field
@@ -157,3 +158,20 @@ async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engi
 
 
 __all__ = ["ENGINE_KINDS", "EngineError", "EngineSpec", "ServerOwningEngine", "open_engine"]
+
+
+def parse_size_bytes(text: str) -> int:
+    """A command line's size: ``"256MiB"``, ``"0.1GiB"``, ``"64MB"``, ``"50000000"`` -> bytes.
+
+    Raises:
+        argparse.ArgumentTypeError: not a size (argparse prints the message as given).
+    """
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+    lowered = text.strip().lower()
+    try:
+        for suffix, factor in units.items():
+            if lowered.endswith(suffix):
+                return int(float(lowered[: -len(suffix)]) * factor)
+        return int(lowered)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (try 64MiB)") from None

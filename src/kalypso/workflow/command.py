@@ -21,7 +21,7 @@ from rich.table import Table
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import policy_names
 from kalypso.core.result_cache import PromptResultCache
-from kalypso.engine.open import ENGINE_KINDS, EngineSpec, open_engine
+from kalypso.engine.open import ENGINE_KINDS, EngineSpec, open_engine, parse_size_bytes
 from kalypso.engine.vllm_settings import VLLMSettings
 from kalypso.models import cache_dir
 from kalypso.workflow.library import BUILDERS, workload
@@ -42,7 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=ENGINE_KINDS, default="vllm")
     parser.add_argument("--url", default=None, help="a running vLLM server (with --engine http)")
     parser.add_argument("--sim-profile", default="qwen3-8b-h100")
-    parser.add_argument("--kv-cache-bytes", type=int, default=DEFAULT_KV_CACHE_BYTES)
+    parser.add_argument(
+        "--kv-cache-bytes",
+        type=parse_size_bytes,
+        default=DEFAULT_KV_CACHE_BYTES,
+        help="vLLM's KV cache, e.g. 64MiB (default %(default)s bytes)",
+    )
     parser.add_argument("--block-size", type=int, default=32, help="KV block size in tokens")
     parser.add_argument("--deterministic", action="store_true", help="float32 (same answers)")
     for switch, what in (
