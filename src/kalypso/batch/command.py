@@ -22,8 +22,7 @@ from kalypso.batch.reader import check_file
 from kalypso.batch.run import CHUNK_REQUESTS, BatchResult, arun_batch
 from kalypso.core.options import WORKFLOW_POLICY, RunOptions
 from kalypso.core.policies import policy_names
-from kalypso.engine.open import ENGINE_KINDS, EngineSpec, open_engine, parse_size_bytes
-from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings
+from kalypso.engine.open import add_engine_arguments, engine_spec, open_engine
 from kalypso.models import cache_dir
 
 SOME_LINES_FAILED = 3
@@ -40,17 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=WORKFLOW_POLICY,
         help=f"scheduling policy (default %(default)s; one of {', '.join(policy_names())})",
     )
-    parser.add_argument("--engine", choices=ENGINE_KINDS, default="vllm")
-    parser.add_argument("--url", default=None, help="a running vLLM server (with --engine http)")
-    parser.add_argument("--sim-profile", default="qwen3-8b-h100")
-    parser.add_argument(
-        "--kv-cache-bytes",
-        type=parse_size_bytes,
-        default=DEFAULT_KV_CACHE_BYTES,
-        help="vLLM's KV cache, e.g. 64MiB (default %(default)s bytes)",
-    )
-    parser.add_argument("--block-size", type=int, default=32, help="KV block size in tokens")
-    parser.add_argument("--deterministic", action="store_true", help="float32 (same answers)")
+    add_engine_arguments(parser)
     parser.add_argument(
         "--chunk-requests",
         type=int,
@@ -67,14 +56,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     """Check the file, open the engine, run, print the summary; the exit status."""
     summary = check_file(args.input)  # refuse a bad file before starting an engine
     console.print(f"{args.input}: {summary.requests:,} requests for {summary.model}")
-    settings = VLLMSettings(
-        kv_cache_bytes=args.kv_cache_bytes,
-        block_size_tokens=args.block_size,
-        deterministic=args.deterministic,
-    )
-    spec = EngineSpec(
-        kind=args.engine, settings=settings, url=args.url, sim_profile=args.sim_profile
-    )
+    spec = engine_spec(args)
     log_path = None
     if args.engine == "vllm":
         log_path = cache_dir() / "logs" / f"batch-vllm-{int(time.time())}.log"

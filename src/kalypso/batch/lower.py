@@ -53,30 +53,6 @@ class RawLayout(ChatLayout):
         return ((),) * (len(roles) + 1)
 
 
-@dataclass(frozen=True)
-class RawSlot:
-    """``instance.values[name]`` tokenized as template text (special tokens recognised)."""
-
-    name: str
-
-    def describe(self) -> str:
-        return f"raw({self.name})"
-
-    def ready(self, instance: Instance) -> bool:
-        return self.name in instance.values
-
-    def ids(self, instance: Instance, layout: ChatLayout) -> TokenIds:
-        key = f"raw:{self.name}"
-        found = instance.memo.get(key)
-        if found is None:
-            found = tuple(layout.tokenizer.encode_control(str(instance.values[self.name])))
-            instance.memo[key] = found
-        return found
-
-    def partial_ids(self, instance: Instance, layout: ChatLayout) -> TokenIds:
-        return self.ids(instance, layout)
-
-
 PREFIX_CHARS = (256, 1024, 4096, 16384)
 """Where :func:`prefix_key` cuts the last message: a key part per length."""
 
@@ -143,7 +119,7 @@ def layout_for(request: BatchRequest, tokenizer: Tokenizer) -> ChatLayout:
 
 def _slot(request: BatchRequest, index: int) -> Slot:
     name = f"m{index}"
-    return Slot(ValueSlot(name) if request.is_chat else RawSlot(name))
+    return Slot(ValueSlot(name, as_template=not request.is_chat))
 
 
 def prompt_ids(request: BatchRequest, instance: Instance, layout: ChatLayout) -> TokenIds:
@@ -177,7 +153,9 @@ def lower_shape(
     template's boundaries).
     """
     first = requests[0]
-    layout = layouts.setdefault(first.url, layout_for(first, tokenizer))
+    if first.url not in layouts:
+        layouts[first.url] = layout_for(first, tokenizer)
+    layout = layouts[first.url]
     distinct: dict[tuple[Any, ...], int] = {}
     prompts: list[tuple[TokenIds, Instance, list[int]]] = []
     refused: list[tuple[int, str]] = []

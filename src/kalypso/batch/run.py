@@ -26,12 +26,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
 from kalypso.batch import output
-from kalypso.batch.lower import Shape, lower_shape, shape_key
+from kalypso.batch.lower import NODE, Shape, lower_shape, shape_key
 from kalypso.batch.reader import FileIndex, check_file
 from kalypso.batch.schema import BatchRequest
 from kalypso.core.bounds import BoundPolicy
@@ -62,11 +62,11 @@ class BatchResult:
     is what it computed.
     """
 
-    requests: int = 0
     answered: int = 0
     failed: int = 0
     distinct: int = 0
-    """Requests sent to the core (greedy requests with equal bodies count once)."""
+    """Distinct requests: greedy requests with equal bodies count once (those refused
+    before the run included)."""
     result_cache_hits: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -77,6 +77,10 @@ class BatchResult:
     model: str = ""
     errors: dict[str, int] = field(default_factory=dict)
     """Failed lines by error code."""
+
+    @property
+    def requests(self) -> int:
+        return self.answered + self.failed
 
     @property
     def prefill_tokens(self) -> int:
@@ -134,13 +138,8 @@ async def arun_batch(
     if index is None or index.path != source:
         index = check_file(source)
     base = options or RunOptions()
-    run_options = RunOptions(
-        **{
-            **base.__dict__,
-            "policy": base.policy or WORKFLOW_POLICY,
-            "isolate_call_errors": True,
-            "system_prompt": "",
-        }
+    run_options = replace(
+        base, policy=base.policy or WORKFLOW_POLICY, isolate_call_errors=True, system_prompt=""
     )
     result = BatchResult(model=index.model)
     ledger = KVLedger(engine.capacity.num_blocks)
@@ -214,14 +213,13 @@ async def _run_chunk(
         result.prompt_tokens += prompt
         result.cached_tokens += cached
         for instance in done:
-            outcome = instance.outputs["request"]
+            outcome = instance.outputs[NODE]
             for line in shape.lines_of[instance.key[0]]:
                 answers[line] = outcome
             if not outcome.error:
                 result.output_tokens += len(outcome.output_token_ids)
     result.distinct += len(refused)
     for request in chunk:
-        result.requests += 1
         found = answers.get(request.line)
         if found is None or found.error:
             code, message = refused.get(

@@ -12,22 +12,28 @@ from kalypso.core.prompt import ChatLayout, TokenIds
 @dataclass(frozen=True)
 class ValueSlot:
     """``instance.values[name]`` as text, encoded as data (a special-token string in it
-    stays text). Memoized on the instance."""
+    stays text), or with ``as_template`` as template text (special-token strings become
+    control ids, as a completions API reads a raw prompt). Memoized on the instance."""
 
     name: str
+    as_template: bool = False
 
     def describe(self) -> str:
-        return f"value({self.name})"
+        return f"{'raw' if self.as_template else 'value'}({self.name})"
 
     def ready(self, instance: Instance) -> bool:
         return self.name in instance.values
 
     def ids(self, instance: Instance, layout: ChatLayout) -> TokenIds:
-        memo_key = f"value:{self.name}"
+        memo_key = f"{'raw' if self.as_template else 'value'}:{self.name}"
         ids = instance.memo.get(memo_key)
         if ids is None:
             value = instance.values[self.name]
-            ids = tuple(layout.tokenizer.encode("" if value is None else str(value)))
+            text = "" if value is None else str(value)
+            tokenizer = layout.tokenizer
+            ids = tuple(
+                tokenizer.encode_control(text) if self.as_template else tokenizer.encode(text)
+            )
             instance.memo[memo_key] = ids
         return ids
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from kalypso.engine.protocol import Engine, EngineError
 from kalypso.engine.quiet import output_to
-from kalypso.engine.vllm_settings import VLLMSettings, calibration_key
+from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings, calibration_key
 from kalypso.models import resolve_model
 
 logger = logging.getLogger(__name__)
@@ -175,3 +175,31 @@ def parse_size_bytes(text: str) -> int:
         return int(lowered)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (try 64MiB)") from None
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that choose an engine, for commands that run on one (``kalypso workflow
+    run``, ``kalypso batch run``); :func:`engine_spec` reads them."""
+    parser.add_argument("--engine", choices=ENGINE_KINDS, default="vllm")
+    parser.add_argument("--url", default=None, help="a running vLLM server (with --engine http)")
+    parser.add_argument("--sim-profile", default="qwen3-8b-h100")
+    parser.add_argument(
+        "--kv-cache-bytes",
+        type=parse_size_bytes,
+        default=DEFAULT_KV_CACHE_BYTES,
+        help="vLLM's KV cache, e.g. 64MiB (default %(default)s bytes)",
+    )
+    parser.add_argument("--block-size", type=int, default=32, help="KV block size in tokens")
+    parser.add_argument("--deterministic", action="store_true", help="float32 (same answers)")
+
+
+def engine_spec(args: argparse.Namespace) -> EngineSpec:
+    """The engine :func:`add_engine_arguments`' flags chose."""
+    settings = VLLMSettings(
+        kv_cache_bytes=args.kv_cache_bytes,
+        block_size_tokens=args.block_size,
+        deterministic=args.deterministic,
+    )
+    return EngineSpec(
+        kind=args.engine, settings=settings, url=args.url, sim_profile=args.sim_profile
+    )

@@ -21,8 +21,7 @@ from rich.table import Table
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import policy_names
 from kalypso.core.result_cache import PromptResultCache
-from kalypso.engine.open import ENGINE_KINDS, EngineSpec, open_engine, parse_size_bytes
-from kalypso.engine.vllm_settings import VLLMSettings
+from kalypso.engine.open import add_engine_arguments, engine_spec, open_engine
 from kalypso.models import cache_dir
 from kalypso.workflow.library import BUILDERS, workload
 from kalypso.workflow.plan import WorkflowOptions, plan
@@ -39,17 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"scheduling policy (default %(default)s; one of {', '.join(policy_names())})",
     )
     parser.add_argument("--scale", choices=("small", "paper"), default="small")
-    parser.add_argument("--engine", choices=ENGINE_KINDS, default="vllm")
-    parser.add_argument("--url", default=None, help="a running vLLM server (with --engine http)")
-    parser.add_argument("--sim-profile", default="qwen3-8b-h100")
-    parser.add_argument(
-        "--kv-cache-bytes",
-        type=parse_size_bytes,
-        default=DEFAULT_KV_CACHE_BYTES,
-        help="vLLM's KV cache, e.g. 64MiB (default %(default)s bytes)",
-    )
-    parser.add_argument("--block-size", type=int, default=32, help="KV block size in tokens")
-    parser.add_argument("--deterministic", action="store_true", help="float32 (same answers)")
+    add_engine_arguments(parser)
     for switch, what in (
         ("merge", "common-subgraph elimination"),
         ("result-cache", "the prompt/result cache"),
@@ -113,14 +102,7 @@ async def run(args: argparse.Namespace, console: Console, *, execute: bool = Tru
     """``kalypso workflow run`` (``execute``) or ``kalypso workflow explain`` (plans
     only: the engine is opened for its tokenizer and cache size, and sent nothing)."""
     job = workload(args.name, args.scale)
-    settings = VLLMSettings(
-        kv_cache_bytes=args.kv_cache_bytes,
-        block_size_tokens=args.block_size,
-        deterministic=args.deterministic,
-    )
-    spec = EngineSpec(
-        kind=args.engine, settings=settings, url=args.url, sim_profile=args.sim_profile
-    )
+    spec = engine_spec(args)
     switches = WorkflowOptions(
         merge=not args.no_merge, result_cache=not args.no_result_cache, warm=not args.no_warm
     )
