@@ -149,26 +149,46 @@ async def test_priorities_order_admission_when_saturated(any_engine: EngineUnder
 
     No step depends on the machine's speed: the blocker asks for as many tokens as the
     context holds, the six requests are sent only once it runs, and it is cancelled only
-    once the engine reports all six waiting."""
-    engine = any_engine.engine
+    once the engine reports all six waiting. Should the blocker still finish first (a
+    server's gauges lag on a loaded machine), the attempt proves nothing about order and
+    is made again, at most three times; the failure then shows what the engine reported."""
+    seen: list[str] = []
+    for attempt in range(3):
+        finished = await _admit_six_behind_a_blocker(any_engine, attempt, seen)
+        if finished is not None:
+            assert finished == ["p0-3", "p1-1", "p1-5", "p2-4", "p3-0", "p4-2"]
+            return
+    pytest.fail(f"the blocker finished before six requests waited, 3 times: {seen}")
+
+
+async def _admit_six_behind_a_blocker(
+    eut: EngineUnderTest, attempt: int, seen: list[str]
+) -> list[str] | None:
+    """Six requests of priorities 3,1,4,0,2,1 sent behind a long priority -1 blocker; the
+    order they finished in, or None (and what the engine reported, in ``seen``) when the
+    blocker finished before all six were seen waiting."""
+    engine = eut.engine
     prompt_tokens = 64
     blocker = GenerateRequest(
-        "blocker",
-        tuple(_tokens(any_engine, 20, prompt_tokens)),
+        f"blocker-{attempt}",
+        tuple(_tokens(eut, 20 + attempt, prompt_tokens)),
         max_tokens=engine.capacity.max_model_len_tokens - prompt_tokens - 8,
         ignore_eos=True,
         priority=-1,
     )
     blocker_task = asyncio.ensure_future(engine.generate(blocker))
     await poll_stats_until(lambda s: s.running_requests >= 1, engine, blocker_task.done)
-    assert not blocker_task.done(), "the blocker finished before the others were submitted"
+    if blocker_task.done():
+        await blocker_task
+        seen.append(f"attempt {attempt}: the blocker finished before it was seen running")
+        return None
     priorities = [3, 1, 4, 0, 2, 1]
     finished: list[str] = []
 
     async def run(i: int, priority: int) -> None:
         request = GenerateRequest(
             f"p{priority}-{i}",
-            tuple(_tokens(any_engine, 30 + i, 24)),
+            tuple(_tokens(eut, 30 + 10 * attempt + i, 24)),
             max_tokens=2,
             ignore_eos=True,
             priority=priority,
@@ -177,15 +197,24 @@ async def test_priorities_order_admission_when_saturated(any_engine: EngineUnder
         finished.append(request.request_id)
 
     waiting = asyncio.gather(*(run(i, p) for i, p in enumerate(priorities)))
-    await poll_stats_until(
-        lambda s: s.waiting_requests == len(priorities), engine, blocker_task.done
-    )
-    assert not blocker_task.done(), "the blocker finished before the others were queued"
+    most_waiting = 0
+
+    def six_wait(stats: EngineStats) -> bool:
+        nonlocal most_waiting
+        most_waiting = max(most_waiting, stats.waiting_requests)
+        return stats.waiting_requests >= len(priorities)
+
+    await poll_stats_until(six_wait, engine, blocker_task.done)
+    if blocker_task.done():
+        await blocker_task
+        await waiting
+        seen.append(f"attempt {attempt}: at most {most_waiting} seen waiting")
+        return None
     blocker_task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await blocker_task
     await waiting
-    assert finished == ["p0-3", "p1-1", "p1-5", "p2-4", "p3-0", "p4-2"]
+    return finished
 
 
 async def test_prompt_longer_than_context_is_rejected_before_sending(
