@@ -5,6 +5,8 @@ tables of text, executed as memory-aware pipelines on vLLM so that the KV cache 
 prompt builds in one operator is reused by the next.
 """
 
+from typing import Any
+
 from kalypso.core.ledger import KVLedger
 from kalypso.engine.protocol import (
     Engine,
@@ -32,6 +34,15 @@ from kalypso.query import (
 
 __version__ = "0.1.0"
 
+
+def configure(*args: Any, **kwargs: Any) -> None:
+    """Choose the engine for the DataFrame methods of :mod:`kalypso.pandas` (importing
+    it registers them): see :func:`kalypso.pandas.configure`."""
+    from kalypso.pandas import configure as configure_session
+
+    configure_session(*args, **kwargs)
+
+
 __all__ = [
     "POLICIES",
     "Engine",
@@ -52,6 +63,7 @@ __all__ = [
     "Table",
     "__version__",
     "compare_decisions",
+    "configure",
     "register_operator",
     "table",
 ]

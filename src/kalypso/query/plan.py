@@ -38,6 +38,7 @@ from kalypso.core.options import RELATIONAL_POLICY, RunOptions, run_options
 from kalypso.core.progress import ProgressView
 from kalypso.core.prompt import ChatLayout
 from kalypso.core.report import PipelineReport
+from kalypso.core.result_cache import PromptResultCache
 from kalypso.core.runner import RunState
 from kalypso.core.stats import OperatorStats, RunTotals, stats_frame
 from kalypso.engine.protocol import Engine
@@ -338,6 +339,7 @@ class Table:
         *,
         ledger: KVLedger | None = None,
         layout: ChatLayout | None = None,
+        result_cache: PromptResultCache | None = None,
         **option_values: Any,
     ) -> QueryResult:
         """Run the plan on ``engine`` (async). See :meth:`run`.
@@ -345,7 +347,9 @@ class Table:
         ``layout`` is the chat layout prompts are built with (default: a new one for the
         engine's tokenizer). Pass one to share its memoized message boundaries and static
         texts between runs on one engine; its ``builds`` counter counts the prompts built
-        (each call's prompt is built exactly once, its continuations reuse it)."""
+        (each call's prompt is built exactly once, its continuations reuse it).
+        ``result_cache`` answers a greedy call whose exact prompt an earlier run sharing
+        the cache sent (default: none, every call is sent)."""
         if "max_retries" in option_values:
             raise PlanError(
                 "arun: max_retries is now max_continuations (a call that reaches its"
@@ -377,6 +381,7 @@ class Table:
             fixed_bound_tokens=options.fixed_bound_tokens,
         )
         state = RunState.create(engine, options, owner, ledger, bounds, layout)
+        state.result_cache = result_cache
         try:
             state.ledger.register(owner)
         except ValueError as exc:

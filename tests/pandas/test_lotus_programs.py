@@ -1,0 +1,123 @@
+"""Lotus-style programs through kalypso.pandas, on the simulator and on real vLLM: the
+frame has Lotus's rows, labels and columns, and running each program as one plan gives
+the same answers as running each of its operators at once (Lotus's way)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import kalypso
+import kalypso.pandas
+import pandas as pd
+from kalypso.engine.open import EngineSpec
+from kalypso.engine.sim import SimEngine
+from kalypso.pandas import accessors
+from tests.conftest import deterministic_vllm_settings
+from tests.pandas import programs
+from tests.pandas.programs import PROGRAMS
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module", params=["sim", pytest.param("vllm", marks=pytest.mark.vllm)])
+def engine_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    """One session per engine for the module, without the result cache (so that the
+    operator-at-a-time run computes its answers again)."""
+    if request.param == "sim":
+        kalypso.configure(engine=SimEngine("smollm2-cpu-f32"), result_cache=False, progress=False)
+    else:
+        settings = deterministic_vllm_settings(96, max_num_seqs=8)
+        kalypso.configure(
+            engine=EngineSpec(kind="vllm", settings=settings), result_cache=False, progress=False
+        )
+    try:
+        yield request.param
+    finally:
+        kalypso.pandas.close()
+
+
+def one_at_a_time(program: programs.Program, monkeypatch: pytest.MonkeyPatch) -> object:
+    """``program`` with every semantic call run at once, as Lotus runs it."""
+    original = accessors.deliver
+
+    def eager(chain: object, return_stats: bool) -> object:
+        result = original(chain, return_stats)  # type: ignore[arg-type]
+        return result.collect() if isinstance(result, kalypso.pandas.LazyFrame) else result
+
+    with monkeypatch.context() as patched:
+        patched.setattr(accessors, "deliver", eager)
+        return program()
+
+
+def plain(frame: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(frame)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_program_gives_lotus_columns_and_the_same_answers_as_one_operator_at_a_time(
+    engine_kind: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    program, columns = PROGRAMS[name]
+    pipelined = program()
+    assert isinstance(pipelined, pd.DataFrame)
+    assert list(pipelined.columns) == columns
+    alone = one_at_a_time(program, monkeypatch)
+    pd.testing.assert_frame_equal(plain(pipelined), plain(alone))  # type: ignore[arg-type]
+
+
+def test_row_labels_and_counts_are_lotus_s(engine_kind: str) -> None:
+    kept = programs.filter_courses()
+    assert set(kept.index) <= set(programs.COURSES.index)
+    assert list(kept["Course Name"]) == list(programs.COURSES.loc[kept.index, "Course Name"])
+    flagged = programs.filter_courses_all()
+    assert list(flagged.index) == list(programs.COURSES.index)
+    assert flagged["_filter"].dtype == bool
+    assert list(flagged.index[flagged["_filter"]]) == list(kept.index)
+    assert set(flagged["explanation_filter"]) == {""}
+    top = programs.topk_courses()
+    assert list(top.index) == [0, 1]
+    assert set(top["Course Name"]) <= set(programs.COURSES["Course Name"])
+    agg = programs.agg_abstracts()
+    assert agg.shape == (1, 1) and list(agg.index) == [0]
+    groups = programs.agg_by_field()
+    assert sorted(groups["field"]) == ["biology", "earth", "ml"] and list(groups.index) == [0, 0, 0]
+    joined = programs.join_courses_skills()
+    assert list(joined.index) == list(range(len(joined)))
+    assert len(joined) <= len(programs.COURSES) * len(programs.SKILLS)
+    similar = programs.sim_join_courses_skills()
+    assert list(similar.index) == list(programs.COURSES.index)
+    assert similar["_scores"].between(-1, 1).all()
+    found = programs.search_abstracts()
+    assert len(found) == 2 and found["vec_scores_sim_score"].is_monotonic_decreasing
+    assert found.index[0] == 0  # the abstract about language models
+
+
+def test_filter_keeps_the_rows_the_kalypso_plan_keeps(engine_kind: str) -> None:
+    """The decisions are Kalypso's: the same rows as the table API's sem_filter asked the
+    same question."""
+    kept = programs.filter_courses()
+    session = kalypso.pandas.current()
+    plan = kalypso.table(programs.COURSES.reset_index(drop=True)).sem_filter(
+        "Is the following true? {Course Name} requires a lot of math"
+    )
+    direct = session.call(plan.arun(session.engine, progress=False, layout=session.layout))
+    assert list(kept["Course Name"]) == list(direct.frame["Course Name"])
+
+
+def test_three_chained_operators_run_as_one_plan_reusing_the_prefix(engine_kind: str) -> None:
+    frame = programs.chain_filter_map_map()
+    assert isinstance(frame, kalypso.pandas.LazyFrame) and frame.pending
+    assert [op.kind for op in frame.chain.table.operators] == ["sem_filter", "sem_map", "sem_map"]  # type: ignore[union-attr]
+    assert "Pipeline 1" in frame.explain() and "Pipeline 2" not in frame.explain()
+    kept = len(frame)  # runs the plan
+    result = frame.result
+    assert result is not None and not frame.pending
+    assert len(result.pipeline_reports) == 1
+    assert result.llm_calls == len(programs.ABSTRACTS) + 2 * kept
+    maps = [s for s in result.operator_stats if "sem_map" in s.operator]
+    assert len(maps) == 2
+    if kept:
+        assert all(s.cached_tokens > 0 for s in maps), result.report()
+        assert result.dependent_hit_rate > 0.5, result.report()
