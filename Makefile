@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kalypso-installed
 
-.PHONY: setup demo test lint docs clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows bench-batch
+.PHONY: setup demo test lint docs clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows bench-batch bench-lotus
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -100,6 +100,12 @@ bench-batch: setup
 	for kv in 88000 2000000; do $(BIN)/python -m bench.batch_bench --engine sim --documents 200 \
 		--questions 8 --document-words 1000 --max-tokens 64 --sim-profile smollm2-cpu-f32 \
 		--kv-tokens $$kv --out $(RESULTS)/batch-sim.json || exit 1; done
+
+# One Lotus program run by Lotus and by kalypso.pandas on one vLLM server (bench/lotus_dropin.py).
+bench-lotus: setup lotus-venv
+	rm -f $(RESULTS)/lotus-dropin-quick-$(HOST_SLUG).json
+	$(BIN)/python -m bench.lotus_dropin --lotus-python $(LOTUS_VENV)/bin/python \
+		--out $(RESULTS)/lotus-dropin-quick-$(HOST_SLUG).json
 
 clean-venv:
 	rm -rf $(VENV)
