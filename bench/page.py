@@ -70,6 +70,48 @@ WORKFLOWS_BOUND = Source("workflows-bound-epyc-avx512.json", "make bench-workflo
 REGIMES = Source("regimes-sim.json", "make bench-paper")
 BATCH = Source("batch-quick-epyc-avx512.json", "make bench-batch")
 BATCH_SIM = Source("batch-sim.json", "make bench-batch")
+LOTUS_DROPIN = Source("lotus-dropin-quick-epyc-avx512.json", "make bench-lotus")
+
+
+def lotus_dropin(results: Path) -> str:
+    """One Lotus program under Lotus and under kalypso.pandas on one vLLM server: times
+    (mean and range of Lotus's over kalypso.pandas' across repeats), computed prompt
+    tokens, calls, and the rows each kept."""
+    records = LOTUS_DROPIN.records(results)
+    by_repeat: dict[tuple[str, str, int], dict[str, Record]] = defaultdict(dict)
+    for r in records:
+        by_repeat[(r["workload"], r["engine"], r["repeat"])][r["library"]] = r
+    cells: dict[tuple[str, str], list[dict[str, Record]]] = defaultdict(list)
+    for (workload, engine, _), pair in by_repeat.items():
+        cells[(workload, engine)].append(pair)
+    rows = []
+    for (workload, engine), pairs in cells.items():
+        ratios = [p["lotus"]["time_s"] / p["kalypso"]["time_s"] for p in pairs]
+        lotus, mine = pairs[0]["lotus"], pairs[0]["kalypso"]
+        rows.append(
+            [
+                workload,
+                engine,
+                f"{statistics.mean(p['lotus']['time_s'] for p in pairs):.1f}",
+                f"{statistics.mean(p['kalypso']['time_s'] for p in pairs):.1f}",
+                f"{statistics.mean(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})",
+                f"{lotus['prefill_tokens']:,.0f} / {mine['prefill_tokens']:,.0f}",
+                f"{lotus['llm_calls']:.0f} / {mine['llm_calls']:.0f}",
+                f"{lotus['output_rows']} from {lotus['contracts_kept']} /"
+                f" {mine['output_rows']} from {mine['contracts_kept']}",
+            ]
+        )
+    header = [
+        "program",
+        "engine",
+        "Lotus (s)",
+        "kalypso.pandas (s)",
+        "kalypso.pandas over Lotus",
+        "computed prompt tokens: Lotus / kalypso.pandas",
+        "calls: Lotus / kalypso.pandas",
+        "rows (pairs from contracts): Lotus / kalypso.pandas",
+    ]
+    return "\n".join([f"- {LOTUS_DROPIN.caption(records)}", "", *_table(header, rows)])
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -346,6 +388,7 @@ def batch(results: Path) -> str:
 
 TABLES: dict[str, Callable[[Path], str]] = {
     "batch": batch,
+    "lotus-dropin": lotus_dropin,
     "relational": relational,
     "relational-bound": relational_bound,
     "workflows": workflows,

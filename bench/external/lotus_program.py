@@ -16,9 +16,8 @@ import os
 import time
 from pathlib import Path
 
-from server_counters import counters, run_record  # beside this script
-
 import pandas as pd
+from server_counters import counters, run_record  # beside this script
 
 # litellm (under Lotus) otherwise fetches a price list from the network at import
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

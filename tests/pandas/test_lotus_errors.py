@@ -9,11 +9,11 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
+import pandas as pd
 import pytest
 
 import kalypso
 import kalypso.pandas
-import pandas as pd
 from kalypso.core.errors import QueryError
 from kalypso.engine.protocol import EngineError, GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine

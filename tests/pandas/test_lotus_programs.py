@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pandas as pd
 import pytest
 
 import kalypso
 import kalypso.pandas
-import pandas as pd
 from kalypso.engine.open import EngineSpec
 from kalypso.engine.sim import SimEngine
 from kalypso.pandas import accessors
+from kalypso.pandas.pipelined import ClaimFilter
 from tests.conftest import deterministic_vllm_settings
 from tests.pandas import programs
 from tests.pandas.programs import PROGRAMS
@@ -100,12 +101,12 @@ def test_row_labels_and_counts_are_lotus_s(engine_kind: str) -> None:
 
 
 def test_filter_keeps_the_rows_the_kalypso_plan_keeps(engine_kind: str) -> None:
-    """The decisions are Kalypso's: the same rows as the table API's sem_filter asked the
-    same question."""
+    """The decisions are Kalypso's: the same rows as the table API's plan deciding the
+    claim True or False."""
     kept = programs.filter_courses()
     session = kalypso.pandas.current()
-    plan = kalypso.table(programs.COURSES.reset_index(drop=True)).sem_filter(
-        "Is the following true? {Course Name} requires a lot of math"
+    plan = kalypso.table(programs.COURSES.reset_index(drop=True)).apply(
+        ClaimFilter("{Course Name} requires a lot of math")
     )
     direct = session.call(plan.arun(session.engine, progress=False, layout=session.layout))
     assert list(kept["Course Name"]) == list(direct.frame["Course Name"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+
 from kalypso.pandas import blocking, pipelined, search
 from kalypso.pandas.arguments import (
     answer_cap_tokens,

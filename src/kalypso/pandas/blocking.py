@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
+
 from kalypso.pandas.errors import LotusArgumentError, check_positive_int
 from kalypso.pandas.langex import translate
-from kalypso.pandas.lazy import ROW_COLUMN, Chain, run_together
+from kalypso.pandas.lazy import Chain, run_together
 from kalypso.pandas.pipelined import extend
 from kalypso.pandas.session import current
 from kalypso.query.blocking_ops import SCORE_COLUMN, SemAgg, SemTopK
@@ -129,6 +130,3 @@ def topk_by_group(
         lambda chain: sem_topk(chain, user_instruction, K, method=method),
         lambda out, key: out,
     )
-
-
-__all__ = ["ROW_COLUMN", "agg_by_group", "check_group_by", "sem_agg", "sem_topk", "topk_by_group"]

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pandas as pd
 from pandas.core.generic import NDFrame
 
-import pandas as pd
 from kalypso.core.ledger import KVLedger
 from kalypso.pandas.session import Session, current
 from kalypso.query.plan import QueryResult, Table

@@ -11,20 +11,46 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pandas as pd
+
 from kalypso.core.errors import PlanError
 from kalypso.core.instance import CallOutcome
 from kalypso.pandas.errors import LotusArgumentError, check_frame, check_positive_int
 from kalypso.pandas.langex import translate
 from kalypso.pandas.lazy import ROW_COLUMN, Chain, Finish, LazyFrame
-from kalypso.query.join_ops import DISTANCE_COLUMN, CartesianProduct, IndexJoin
-from kalypso.query.llm_ops import YES, SemExtract, SemFilter, SemMap
+from kalypso.query.join_ops import DISTANCE_COLUMN, CartesianProduct, IndexJoin, JoinPredicate
+from kalypso.query.llm_ops import SemExtract, SemFilter, SemMap
 from kalypso.query.operators import Operator, OperatorContract, Values
 from kalypso.query.plan import Table
+from kalypso.query.templates import Instruction
+
+TRUE, FALSE = "True", "False"
+"""Lotus's answer tokens (its ``output_tokens``); a claim is decided between them."""
 
 
-class FilterFlag(SemFilter):
-    """``sem_filter(return_all=True)``: the same question, every row kept, the answer in a
-    bool column."""
+def claim_task(instruction: Instruction) -> str:
+    """Lotus's question about a claim: is it true for the context, True or False."""
+    claim = instruction.task_text()
+    return f"Claim: {claim}\nIs the claim true for the context? Answer True or False."
+
+
+class ClaimFilter(SemFilter):
+    """``sem_filter``: keep the rows whose claim the model decides True (one constrained
+    token, True or False, as Lotus's ``output_tokens``)."""
+
+    choices = (TRUE, FALSE)
+
+    def __init__(self, instruction: str) -> None:
+        super().__init__(instruction)
+        self.task = claim_task(self.instruction)
+
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        assert outcome is not None
+        return {} if outcome.decision == TRUE else None
+
+
+class ClaimFlag(ClaimFilter):
+    """``sem_filter(return_all=True)``: the same decision, every row kept, the answer in
+    a bool column."""
 
     contract: ClassVar[OperatorContract] = SemMap.contract
 
@@ -38,16 +64,21 @@ class FilterFlag(SemFilter):
 
     def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
         assert outcome is not None
-        return {self.column: outcome.decision == YES}
+        return {self.column: outcome.decision == TRUE}
 
 
-def as_question(expression: str) -> str:
-    """A Lotus claim asked as Kalypso's yes/no question: a claim ``X`` becomes ``"Is the
-    following true? X"``; an expression already written as a question (ending in ``?``)
-    is asked as written."""
-    return (
-        expression if expression.rstrip().endswith("?") else f"Is the following true? {expression}"
-    )
+class ClaimJoin(JoinPredicate):
+    """``sem_join``'s predicate: keep the pairs whose claim the model decides True."""
+
+    choices = (TRUE, FALSE)
+
+    def __init__(self, instruction: str) -> None:
+        super().__init__(instruction)
+        self.task = claim_task(self.instruction)
+
+    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
+        assert outcome is not None
+        return {} if outcome.decision == TRUE else None
 
 
 def free_name(name: str, taken: list[str]) -> str:
@@ -91,13 +122,11 @@ def sem_filter(
     """Rows whose claim the model holds true; with ``return_all``, every row and a bool
     column named ``suffix``; with ``return_explanations``, ``explanation<suffix>`` ("")."""
     columns = chain.column_map()
-    instruction = as_question(
-        translate(user_instruction, "sem_filter", "user_instruction", columns)
-    )
+    instruction = translate(user_instruction, "sem_filter", "user_instruction", columns)
     operator: SemFilter = (
-        FilterFlag(instruction, free_name(suffix, list(columns)))
+        ClaimFlag(instruction, free_name(suffix, list(columns)))
         if return_all
-        else SemFilter(instruction)
+        else ClaimFilter(instruction)
     )
     table = extend(chain, "sem_filter", "user_instruction", operator)
     finish = with_column(f"explanation{suffix}", "") if return_explanations else None
@@ -251,7 +280,7 @@ def sem_join(
         join_instruction, "sem_join", "join_instruction", left, right=right_names
     )
     try:
-        table = chain.table.sem_join(right, as_question(instruction))
+        table = chain.table.apply(CartesianProduct(right), ClaimJoin(instruction))
     except PlanError as exc:
         raise LotusArgumentError("sem_join", "join_instruction", str(exc)) from None
     clashes = [c for c in right.columns if c in left]

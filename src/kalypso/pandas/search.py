@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+
 from kalypso.core.errors import PlanError
 from kalypso.pandas.errors import LotusArgumentError, check_positive_int, check_text_argument
 from kalypso.query.index import VectorIndex

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+
 from kalypso.core.bounds import BoundPolicy
 from kalypso.core.errors import PlanError, QueryError
 from kalypso.core.estimator import TokenBoundEstimator
