@@ -17,7 +17,7 @@ import kalypso.pandas
 from kalypso.core.errors import QueryError
 from kalypso.engine.protocol import EngineError, GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine
-from kalypso.pandas import LotusArgumentError, session
+from kalypso.pandas import LotusArgumentError, runtime
 from tests.pandas.programs import ABSTRACTS, COURSES, SKILLS
 
 
@@ -102,7 +102,7 @@ def test_bad_configuration_is_refused_and_keeps_the_current_session(sim: Countin
 def test_building_opens_no_engine_and_runs_nothing() -> None:
     kalypso.pandas.close()
     frame = COURSES.sem_filter("{Course Name} is hard").sem_map("Why is {Course Name} hard?")
-    assert frame.pending and session._current is None
+    assert frame.pending and runtime._current is None
     assert "sem_filter" in frame.explain() and "sem_map" in frame.explain()
 
 

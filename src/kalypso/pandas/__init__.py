@@ -19,7 +19,7 @@ and ``load_sem_index`` on every DataFrame, with Lotus 1.2.4's arguments (the gui
 from kalypso.pandas import accessors as _accessors  # registers the DataFrame methods
 from kalypso.pandas.errors import LotusArgumentError
 from kalypso.pandas.lazy import LazyFrame
-from kalypso.pandas.session import EngineChoice, Session, close, configure, current
+from kalypso.pandas.runtime import EngineChoice, Session, close, configure, current
 
 __all__ = [
     "EngineChoice",

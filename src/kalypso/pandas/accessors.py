@@ -24,7 +24,7 @@ from kalypso.pandas.arguments import (
 )
 from kalypso.pandas.errors import LotusArgumentError, check_flag, unsupported
 from kalypso.pandas.lazy import Chain, LazyFrame
-from kalypso.pandas.session import current_options
+from kalypso.pandas.runtime import current_options
 from kalypso.query.plan import QueryResult
 
 Result = LazyFrame | pd.DataFrame | tuple[pd.DataFrame, dict[str, Any]]

@@ -12,7 +12,7 @@ from kalypso.pandas.errors import LotusArgumentError, check_positive_int
 from kalypso.pandas.langex import translate
 from kalypso.pandas.lazy import Chain, run_together
 from kalypso.pandas.pipelined import extend
-from kalypso.pandas.session import current
+from kalypso.pandas.runtime import current
 from kalypso.query.blocking_ops import SCORE_COLUMN, SemAgg, SemTopK
 
 TOPK_METHODS = ("quick", "heap", "naive", "quick-sem")

@@ -29,7 +29,7 @@ import pandas as pd
 from pandas.core.generic import NDFrame
 
 from kalypso.core.ledger import KVLedger
-from kalypso.pandas.session import Session, current
+from kalypso.pandas.runtime import Session, current
 from kalypso.query.plan import QueryResult, Table
 
 logger = logging.getLogger(__name__)
