@@ -33,19 +33,27 @@ def claim_task(instruction: Instruction) -> str:
     return f"Claim: {claim}\nIs the claim true for the context? Answer True or False."
 
 
-class ClaimFilter(SemFilter):
-    """``sem_filter``: keep the rows whose claim the model decides True (one constrained
-    token, True or False, as Lotus's ``output_tokens``)."""
+class _Claim:
+    """A predicate asked as Lotus asks it (:func:`claim_task`), decided by one
+    constrained token, True or False (Lotus's ``output_tokens``, the subclass's ``choices``);
+    True keeps the row."""
 
-    choices = (TRUE, FALSE)
+    instruction: Instruction
+    task: str
 
     def __init__(self, instruction: str) -> None:
-        super().__init__(instruction)
+        super().__init__(instruction)  # type: ignore[call-arg]
         self.task = claim_task(self.instruction)
 
     def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
         assert outcome is not None
         return {} if outcome.decision == TRUE else None
+
+
+class ClaimFilter(_Claim, SemFilter):
+    """``sem_filter``: keep the rows whose claim the model decides True."""
+
+    choices = (TRUE, FALSE)
 
 
 class ClaimFlag(ClaimFilter):
@@ -67,18 +75,10 @@ class ClaimFlag(ClaimFilter):
         return {self.column: outcome.decision == TRUE}
 
 
-class ClaimJoin(JoinPredicate):
+class ClaimJoin(_Claim, JoinPredicate):
     """``sem_join``'s predicate: keep the pairs whose claim the model decides True."""
 
     choices = (TRUE, FALSE)
-
-    def __init__(self, instruction: str) -> None:
-        super().__init__(instruction)
-        self.task = claim_task(self.instruction)
-
-    def on_answer(self, values: Values, outcome: CallOutcome | None) -> Values | None:
-        assert outcome is not None
-        return {} if outcome.decision == TRUE else None
 
 
 def free_name(name: str, taken: list[str]) -> str:
