@@ -10,11 +10,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from kalypso.core.hooks import ProgressListener
 from kalypso.core.report import StageView
 
 
 class ProgressView:
-    """A rich live table updated by the scheduler; a no-op when disabled."""
+    """A rich live table updated by the scheduler; a no-op when disabled. ``listener``
+    (:data:`~kalypso.core.hooks.ProgressListener`) receives every update either way."""
 
     def __init__(
         self,
@@ -22,8 +24,10 @@ class ProgressView:
         enabled: bool,
         console: Console | None = None,
         hit_rate: Callable[[], tuple[int, int]] | None = None,
+        listener: ProgressListener | None = None,
     ) -> None:
         self._enabled = enabled
+        self._listener = listener
         self._hit_rate = hit_rate
         self._live: Live | None = None
         self._console = console or Console(stderr=True)
@@ -44,6 +48,9 @@ class ProgressView:
             self._live.__exit__(kind, error, tb)
 
     def update(self, pipeline: int, views: list[StageView]) -> None:
+        """Show ``views`` (when enabled) and pass them to the listener (when given)."""
+        if self._listener is not None:
+            self._listener(pipeline, views)
         if self._live is None:
             return
         title = f"pipeline {pipeline}"

@@ -28,11 +28,12 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kalypso.core.bounds import BoundPolicy
 from kalypso.core.errors import PlanError, TaskFailed
 from kalypso.core.graph import LLMNode
+from kalypso.core.hooks import CallSite, RunHooks
 from kalypso.core.ideal_cache import IdealPrefixCache
 from kalypso.core.instance import CallOutcome, Instance
 from kalypso.core.ledger import KVLedger
@@ -86,6 +87,8 @@ class RunState:
     """``(op_id, instance key, choice, margin)`` of every constrained decision."""
     result_cache: PromptResultCache | None = None
     """Greedy answers reused instead of recomputed (workflows; None: off)."""
+    hooks: RunHooks = field(default_factory=RunHooks)
+    """The host's journal of calls and progress listener (:mod:`kalypso.core.hooks`)."""
 
     @classmethod
     def create(
@@ -356,11 +359,17 @@ class PipelineRunner:
             raise TaskFailed(op_id or "?", task.key, exc) from exc
         done.put_nowait(TaskOutcome(task))
 
-    async def _generate(self, request: GenerateRequest) -> tuple[GenerateResult, bool]:
-        """``engine.generate`` through the result cache (when on), with a backstop: every
-        engine enforces ``timeout_s`` itself (and aborts the request); an engine that does
-        not is cut off a little later. Returns the result and whether the result cache
-        answered it (the engine then computed nothing)."""
+    async def _generate(
+        self, site: CallSite, request: GenerateRequest
+    ) -> tuple[GenerateResult, bool]:
+        """``engine.generate`` through the run's journal and the result cache (when on),
+        with a backstop: every engine enforces ``timeout_s`` itself (and aborts the
+        request); an engine that does not is cut off a little later. Returns the result and
+        whether the journal or the result cache answered it (the engine then computed
+        nothing). A call the engine answered is journaled before it is returned."""
+        journal = self.state.hooks.journal
+        if journal is not None and (recorded := await journal.lookup(site, request)) is not None:
+            return replace(recorded, request_id=request.request_id), True
         cache = self.state.result_cache
         if cache is not None and (cached := cache.get(request)) is not None:
             return cached, True
@@ -376,6 +385,8 @@ class PipelineRunner:
                 ) from None
         if cache is not None:
             cache.put(request, result)
+        if journal is not None:
+            await journal.record(site, request, result)
         return result, False
 
     async def _call(self, task: Task, step: CallStep) -> Grow | None:
@@ -412,7 +423,7 @@ class PipelineRunner:
         expected = program.expected_cached_tokens(Prompt.from_ids(state.layout, prompt_ids))
         least = state.ideal_cache.measure(prompt_ids)
         try:
-            result, from_result_cache = await self._generate(request)
+            result, from_result_cache = await self._generate((node.op_id, instance.key), request)
         except EngineError as exc:
             if not state.options.isolate_call_errors:
                 raise

@@ -15,6 +15,7 @@ from kalypso.core.bounds import BoundPolicy
 from kalypso.core.dataflow import FlowPlan, root_programs
 from kalypso.core.errors import PlanError, QueryError, TaskFailed
 from kalypso.core.estimator import TokenBoundEstimator
+from kalypso.core.hooks import RunHooks
 from kalypso.core.instance import Instance
 from kalypso.core.ledger import KVLedger
 from kalypso.core.memory_bound import block_steps, held_blocks, least_decode_steps
@@ -91,6 +92,7 @@ async def arun(
     workflow_options: WorkflowOptions | None = None,
     ledger: KVLedger | None = None,
     cache: PromptResultCache | None = None,
+    hooks: RunHooks | None = None,
     **option_values: Any,
 ) -> WorkflowResult:
     """Run ``workflows`` (one, or several submitted together and optimized as one) on the
@@ -98,7 +100,8 @@ async def arun(
 
     ``options`` are the core's :class:`~kalypso.core.options.RunOptions` (or their fields
     as keywords): the policy, the timeouts, progress. ``cache`` shares a prompt/result
-    cache across runs (the second day of a workflow run daily).
+    cache across runs (the second day of a workflow run daily). ``hooks`` attach a journal
+    of calls and a progress listener (:mod:`kalypso.core.hooks`; the job server's).
 
     Raises:
         PlanError: before any call, for bad inputs or options.
@@ -117,6 +120,8 @@ async def arun(
         fixed_bound_tokens=options.fixed_bound_tokens,
     )
     state = RunState.create(engine, options, owner, ledger, bounds, planned.layout)
+    if hooks is not None:
+        state.hooks = hooks
     if planned.switches.result_cache:
         state.result_cache = cache if cache is not None else PromptResultCache(engine.name)
     flow = FlowPlan.of(lowered.graph)
@@ -183,7 +188,9 @@ async def arun(
         programs = root_programs(flow, planned.instances, state.program_context())
         if warmer is not None and planned.warm is not None:
             warmer.start(planned.warm)
-        with ProgressView(enabled=options.progress, hit_rate=hit_rate) as view:
+        with ProgressView(
+            enabled=options.progress, hit_rate=hit_rate, listener=state.hooks.on_progress
+        ) as view:
             runner.on_update = lambda views: view.update(1, views)
             done = await runner.run(programs)
     except TaskFailed as failure:
