@@ -6,6 +6,7 @@ token-exact task graph, and scheduling by the core's policies.
     ...
     print(wf.plan(flow, engine, {"question": questions}).explain())
     result = await wf.arun(flow, engine, {"question": questions})
+    spec = flow.to_spec()   # as JSON for a server: wf.workflow_from_spec(spec)
 """
 
 from kalypso.workflow.dsl import (
@@ -31,6 +32,7 @@ from kalypso.workflow.dsl import (
 )
 from kalypso.workflow.plan import WorkflowOptions, WorkflowPlan, plan
 from kalypso.workflow.run import WorkflowResult, arun
+from kalypso.workflow.spec import WorkflowSpec, workflow_from_spec
 
 __all__ = [
     "LLM",
@@ -44,6 +46,7 @@ __all__ = [
     "WorkflowOptions",
     "WorkflowPlan",
     "WorkflowResult",
+    "WorkflowSpec",
     "arun",
     "assistant",
     "chat",
@@ -57,4 +60,5 @@ __all__ = [
     "plan",
     "system",
     "user",
+    "workflow_from_spec",
 ]

@@ -40,9 +40,12 @@ import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kalypso.core.errors import PlanError
+
+if TYPE_CHECKING:
+    from kalypso.workflow.spec import WorkflowSpec
 
 Part = "str | Value"
 
@@ -370,14 +373,30 @@ def cond(
     ``otherwise()``'s. Both branches are written once; the LLM calls of the branch not
     taken are skipped for that query (and anything depending on them)."""
     base = _check_name(name, "cond") if name is not None else _auto_name("cond")
-    decider = fn(lambda *xs: "1" if predicate(*xs) else "0", *inputs, name=f"{base}_if")
+    decider = fn(CondDecider(predicate), *inputs, name=f"{base}_if")
     with _guarded(Guard(decider, True)):
         yes = then()
     with _guarded(Guard(decider, False)):
         no = otherwise()
     if not isinstance(yes, Value) or not isinstance(no, Value):
         raise PlanError("cond: then() and otherwise() must return workflow values")
-    return fn(lambda d, a, b: a if d == "1" else b, decider, yes, no, name=base)
+    return fn(cond_select, decider, yes, no, name=base)
+
+
+@dataclass(frozen=True)
+class CondDecider:
+    """The function of a ``cond``'s decider step (``{name}_if``): "1" where ``predicate``
+    holds, else "0". Kept as an object so a spec can name the predicate."""
+
+    predicate: Callable[..., bool]
+
+    def __call__(self, *texts: str | None) -> str:
+        return "1" if self.predicate(*texts) else "0"
+
+
+def cond_select(decided: str | None, yes: str | None, no: str | None) -> str | None:
+    """The function of a ``cond``'s last step: the branch's value its decider chose."""
+    return yes if decided == "1" else no
 
 
 def loop(rounds: int, body: Callable[[int, Any], Any], state: Any) -> Any:
@@ -423,6 +442,17 @@ class Workflow:
     @property
     def llm_calls(self) -> list[LLM]:
         return [v for v in self._order if isinstance(v, LLM)]
+
+    def to_spec(self) -> WorkflowSpec:
+        """The workflow as data (:mod:`kalypso.workflow.spec`); Python steps by their
+        registered names.
+
+        Raises:
+            PlanError: a Python step or ``cond`` predicate is not registered.
+        """
+        from kalypso.workflow.spec import workflow_spec
+
+        return workflow_spec(self)
 
 
 def _topological(roots: list[Value]) -> list[Value]:
