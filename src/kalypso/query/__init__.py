@@ -19,6 +19,7 @@ from kalypso.query.operators import (
 )
 from kalypso.query.plan import Decision, QueryResult, Table, compare_decisions, table
 from kalypso.query.python_ops import IndexSearch, PyFilter, PyMap
+from kalypso.query.spec import TableSpec, table_from_spec
 
 POLICIES = tuple(policy_names())
 
@@ -62,8 +63,10 @@ __all__ = [
     "SemMap",
     "SemTopK",
     "Table",
+    "TableSpec",
     "compare_decisions",
     "register_operator",
     "registered_operators",
     "table",
+    "table_from_spec",
 ]

@@ -142,6 +142,11 @@ class CartesianProduct(CartesianOperator):
     def right_rows(self) -> int:
         return len(self._right)
 
+    @property
+    def right_frame(self) -> pd.DataFrame:
+        """The right-side table as given (its own column names, before any renaming)."""
+        return self._right
+
     def output_schema(self, schema: Schema) -> Schema:
         self._renames = _renamed_right_columns(schema, self._right)
         out = (*schema, *self._renames.values())

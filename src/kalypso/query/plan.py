@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -33,6 +33,7 @@ from kalypso.core.bounds import BoundPolicy
 from kalypso.core.errors import PlanError, QueryError
 from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.graph import TaskGraph
+from kalypso.core.hooks import RunHooks
 from kalypso.core.ledger import KVLedger
 from kalypso.core.options import RELATIONAL_POLICY, RunOptions, run_options
 from kalypso.core.progress import ProgressView
@@ -52,6 +53,10 @@ from kalypso.query.planner import PhysicalPlan, explain, plan, validate
 from kalypso.query.python_ops import IndexSearch, PyFilter, PyMap
 from kalypso.query.rows import input_instances
 from kalypso.query.templates import check_text
+
+if TYPE_CHECKING:
+    from kalypso.query.spec import TableSpec
+    from kalypso.query.spec_source import SourceFormat
 
 logger = logging.getLogger(__name__)
 
@@ -300,6 +305,21 @@ class Table:
         return self.apply(PyFilter(predicate))
 
     # ---- inspecting and running -----------------------------------------------------
+    def to_spec(self, *, source_format: SourceFormat = "rows") -> TableSpec:
+        """The plan as data (:class:`~kalypso.query.spec.TableSpec`; ``model_dump_json()``
+        is what travels, :func:`~kalypso.query.spec.table_from_spec` rebuilds it). Tables
+        (the source, a join's right table) travel as JSON rows, or as base64 Parquet with
+        ``source_format="parquet"``.
+
+        Raises:
+            PlanError: naming the operator and the fix, for a step that cannot travel (a
+                custom operator, a ``map``/``filter`` function not registered with
+                ``kalypso.register_function``), or rows JSON cannot carry.
+        """
+        from kalypso.query.spec import table_spec
+
+        return table_spec(self, source_format)
+
     def physical_plan(self) -> PhysicalPlan:
         return plan(self._operators, self._name, len(self._source), tuple(self._source.columns))
 
@@ -340,6 +360,7 @@ class Table:
         ledger: KVLedger | None = None,
         layout: ChatLayout | None = None,
         result_cache: PromptResultCache | None = None,
+        hooks: RunHooks | None = None,
         **option_values: Any,
     ) -> QueryResult:
         """Run the plan on ``engine`` (async). See :meth:`run`.
@@ -349,7 +370,8 @@ class Table:
         texts between runs on one engine; its ``builds`` counter counts the prompts built
         (each call's prompt is built exactly once, its continuations reuse it).
         ``result_cache`` answers a greedy call whose exact prompt an earlier run sharing
-        the cache sent (default: none, every call is sent)."""
+        the cache sent (default: none, every call is sent). ``hooks`` attach a journal of
+        calls and a progress listener (:mod:`kalypso.core.hooks`; the job server's)."""
         if "max_retries" in option_values:
             raise PlanError(
                 "arun: max_retries is now max_continuations (a call that reaches its"
@@ -382,6 +404,8 @@ class Table:
         )
         state = RunState.create(engine, options, owner, ledger, bounds, layout)
         state.result_cache = result_cache
+        if hooks is not None:
+            state.hooks = hooks
         try:
             state.ledger.register(owner)
         except ValueError as exc:
@@ -406,7 +430,9 @@ class Table:
             )
 
         try:
-            with ProgressView(enabled=options.progress, hit_rate=hit_rate) as view:
+            with ProgressView(
+                enabled=options.progress, hit_rate=hit_rate, listener=state.hooks.on_progress
+            ) as view:
                 done = await execute(physical, instances, state, on_update=view.update)
         except QueryError as error:
             if isinstance(error.partial, Execution):
