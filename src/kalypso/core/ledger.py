@@ -9,12 +9,29 @@ except through the documented last-resort rule of
 Each reservation belongs to an *owner* (a query id). An owner that fails or is cancelled
 gives everything back with :meth:`KVLedger.release_owner`, so nothing it held outlives it;
 every release wakes the runners waiting for room (:meth:`KVLedger.wait_for_release`).
+
+A ledger made with ``fair_share=True`` (the job server's) shares the engine between
+owners, by their priority (:attr:`~kalypso.core.options.RunOptions.request_priority`,
+given at :meth:`KVLedger.register`; lower first):
+
+* an owner starts no new task, and sends no new call, while an owner of a lower priority
+  number is registered: its calls in the engine finish, and the more urgent owner has the
+  engine (the job server numbers jobs by size, so a job of ten rows started beside one of
+  two thousand runs almost as fast as alone, and the large one goes on after it);
+* at most ``call_slots`` calls of all owners are in the engine at once (the engine's most
+  running requests), so that calls wait here, where priority decides, and not in the
+  engine's own queue, where a call already sent competes for every step;
+* among owners of one priority, while another is waiting for room, an owner admits no more
+  than an equal share of the capacity among those holding or waiting for blocks. Without
+  contention an owner may use the whole capacity.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 logger = logging.getLogger(__name__)
@@ -30,13 +47,26 @@ class KVLedger:
 
     Attributes:
         capacity_blocks: the engine's KV blocks.
+        fair_share: share the engine between owners by priority and the capacity between
+            owners of one priority (see the module docstring); off, owners take room
+            first come, first served and send calls as they come.
+        call_slots: with fair sharing, the most calls of all owners in the engine at once
+            (0: no limit).
+        calls_in_engine: calls sent through :meth:`call_slot` and not finished.
         reserved_blocks: blocks reserved now, over all owners.
         peak_reserved_blocks: the most ever reserved at once.
     """
 
     capacity_blocks: int
+    fair_share: bool = False
+    call_slots: int = 0
+    """With fair sharing, the most calls in the engine at once (0: no limit)."""
+    calls_in_engine: int = 0
     reserved_blocks: int = 0
     peak_reserved_blocks: int = 0
+    _wanting: set[str] = field(default_factory=set)
+    """Owners refused room since they last started a task (fair sharing)."""
+    _priority: dict[str, int] = field(default_factory=dict)
     _held: dict[str, int] = field(default_factory=dict)
     _running: dict[str, int] = field(default_factory=dict)
     _owners: set[str] = field(default_factory=set)
@@ -47,8 +77,9 @@ class KVLedger:
             raise ValueError(f"a ledger needs at least one block, got {self.capacity_blocks}")
 
     # ---- owners ------------------------------------------------------------------
-    def register(self, owner: str) -> None:
-        """Start accounting for ``owner``.
+    def register(self, owner: str, priority: int = 0) -> None:
+        """Start accounting for ``owner``, of engine priority ``priority`` (what fair
+        sharing orders owners by).
 
         Raises:
             ValueError: ``owner`` is already running on this ledger (two queries with one
@@ -57,11 +88,15 @@ class KVLedger:
         if owner in self._owners:
             raise ValueError(f"a query with id {owner!r} is already running on this engine")
         self._owners.add(owner)
+        self._priority[owner] = priority
 
     def unregister(self, owner: str) -> None:
         """Release whatever ``owner`` still holds and forget it (idempotent)."""
         self.release_owner(owner)
         self._owners.discard(owner)
+        self._wanting.discard(owner)
+        if self._priority.pop(owner, None) is not None:
+            self._notify()  # an outranked owner may go on
 
     @property
     def owners(self) -> frozenset[str]:
@@ -70,6 +105,27 @@ class KVLedger:
     # ---- blocks ------------------------------------------------------------------
     def fits(self, blocks: int) -> bool:
         return self.reserved_blocks + blocks <= self.capacity_blocks
+
+    def fits_for(self, owner: str, blocks: int) -> bool:
+        """Whether ``owner`` may reserve ``blocks`` more now: they fit, and with fair
+        sharing, no owner of a lower priority number is registered and ``owner`` stays
+        within its share while another owner of its priority waits for room. A refusal for
+        want of room marks ``owner`` as waiting until it starts a task."""
+        if self.fair_share and self._outranked(owner):
+            return False
+        if not self.fits(blocks):
+            if self.fair_share:
+                self._wanting.add(owner)
+            return False
+        if not self.fair_share or not self._wanting - {owner}:
+            return True
+        contenders = {o for o, held in self._held.items() if held > 0}
+        contenders |= self._wanting | {owner}
+        return self.held_by(owner) + blocks <= self.capacity_blocks // len(contenders)
+
+    def _outranked(self, owner: str) -> bool:
+        mine = self._priority.get(owner, 0)
+        return any(priority < mine for priority in self._priority.values())
 
     @property
     def free_blocks(self) -> int:
@@ -114,6 +170,7 @@ class KVLedger:
 
     def task_started(self, owner: str) -> None:
         self._running[owner] = self._running.get(owner, 0) + 1
+        self._wanting.discard(owner)
 
     def task_stopped(self, owner: str) -> None:
         count = self._running.get(owner, 0)
@@ -121,6 +178,25 @@ class KVLedger:
             raise LedgerError(f"{owner!r} stopping a task it never started")
         self._running[owner] = count - 1
         self._notify()
+
+    # ---- calls -------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def call_slot(self, owner: str) -> AsyncIterator[None]:
+        """Hold one of the engine's call slots while a call of ``owner`` runs: with fair
+        sharing, wait until ``owner`` is outranked by no registered owner and a slot is
+        free; without, go at once."""
+        if self.fair_share:
+            while self._outranked(owner) or (
+                self.call_slots and self.calls_in_engine >= self.call_slots
+            ):
+                await self.wait_for_release(timeout_s=1.0)
+        self.calls_in_engine += 1
+        try:
+            yield
+        finally:
+            self.calls_in_engine -= 1
+            if self.fair_share:
+                self._notify()
 
     # ---- waiting for room --------------------------------------------------------
     async def wait_for_release(self, timeout_s: float | None = None) -> None:

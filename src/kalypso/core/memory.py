@@ -134,7 +134,8 @@ class MemoryManager:
     def admits(self, task: TaskMemory, *, stage_idle: bool, query_idle: bool) -> bool:
         """Whether ``task`` may start now.
 
-        It fits when its stage's budget and the engine-wide ledger both have room. Two
+        It fits when its stage's budget and the engine-wide ledger (within the owner's share,
+        on a fair-sharing ledger) both have room. Two
         rules let work through that would otherwise never start (each has a test named
         after the deadlock it prevents):
 
@@ -147,9 +148,8 @@ class MemoryManager:
           until the deadlock handler unpins).
         """
         blocks = self.charge(task)
-        if self.budgets.free_blocks(task.stage) >= blocks and self.ledger.fits(blocks):
-            return True
-        if stage_idle and self.ledger.fits(blocks):
+        in_budget = self.budgets.free_blocks(task.stage) >= blocks
+        if (in_budget or stage_idle) and self.ledger.fits_for(self.owner, blocks):
             return True
         return query_idle and self.ledger.running_tasks == 0
 

@@ -93,6 +93,9 @@ class RunOptions:
         system_prompt: the system message of front ends that use one (queries).
         query_id: this run's id on the engine's ledger (unique among running runs).
         progress: show a live per-stage view on stderr.
+        request_priority: added to every request's engine priority (lower is served
+            first). Runs sharing an engine are ordered by it; the job server gives smaller
+            jobs lower numbers, so a short job is not queued behind a long one's calls.
     """
 
     policy: str | Policy | None = None
@@ -112,6 +115,7 @@ class RunOptions:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     query_id: str | None = None
     progress: bool = False
+    request_priority: int = 0
 
     def __post_init__(self) -> None:
         try:
@@ -138,6 +142,8 @@ class RunOptions:
                 " beyond the cache would hold it full (use pinning='virtual')"
             )
         _check_int("max_continuations", self.max_continuations, 0)
+        if isinstance(self.request_priority, bool) or not isinstance(self.request_priority, int):
+            raise PlanError(f"request_priority must be an integer, got {self.request_priority!r}")
         _check_int("fixed_bound_tokens", self.fixed_bound_tokens, 1, optional=True)
         _check_float("alpha", self.alpha, positive=True)
         _check_float("beta", self.beta, positive=True)

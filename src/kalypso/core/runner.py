@@ -373,16 +373,17 @@ class PipelineRunner:
         cache = self.state.result_cache
         if cache is not None and (cached := cache.get(request)) is not None:
             return cached, True
-        if request.timeout_s is None:
-            result = await self.state.engine.generate(request)
-        else:
-            try:
-                async with asyncio.timeout(request.timeout_s + BACKSTOP_GRACE_S):
-                    result = await self.state.engine.generate(request)
-            except TimeoutError:
-                raise EngineTimeoutError(
-                    f"request {request.request_id!r} did not finish in {request.timeout_s} s"
-                ) from None
+        async with self.state.ledger.call_slot(self.state.owner):
+            if request.timeout_s is None:
+                result = await self.state.engine.generate(request)
+            else:
+                try:
+                    async with asyncio.timeout(request.timeout_s + BACKSTOP_GRACE_S):
+                        result = await self.state.engine.generate(request)
+                except TimeoutError:
+                    raise EngineTimeoutError(
+                        f"request {request.request_id!r} did not finish in {request.timeout_s} s"
+                    ) from None
         if cache is not None:
             cache.put(request, result)
         if journal is not None:
@@ -406,7 +407,7 @@ class PipelineRunner:
             request_id=f"{state.owner}:{node.op_id}:{where}:{self._requests}",
             prompt_token_ids=prompt_ids,
             max_tokens=1 if decision_ids else bound - len(step.generated),
-            priority=task.priority,
+            priority=task.priority + state.options.request_priority,
             greedy=node.greedy,
             temperature=node.temperature,
             top_p=node.top_p,

@@ -407,7 +407,7 @@ class Table:
         if hooks is not None:
             state.hooks = hooks
         try:
-            state.ledger.register(owner)
+            state.ledger.register(owner, options.request_priority)
         except ValueError as exc:
             raise PlanError(str(exc)) from None
         for planned in physical.operators():

@@ -88,6 +88,11 @@ class SimEngine:
             prefix first, the workflow paper's LSPF baseline).
         default_timeout_s: wall-clock seconds a request may take when it sets no
             ``timeout_s`` (see the module docstring).
+        wall_s_per_virtual_s: when above 0, each step also takes this many wall-clock
+            seconds per virtual second it costs (1.0: real time). A paced simulator is an
+            engine whose steps, not the caller's Python, set the pace, as a GPU's do: for
+            tests of several runs sharing an engine on wall-clock time (the job server).
+            0 (the default): no waiting, steps cost only their Python work.
 
     Attributes:
         block_pool: the KV block pool, for inspection (hashes, free queue, pins).
@@ -117,9 +122,13 @@ class SimEngine:
         yields_per_step: int = 8,
         waiting_order: str = "priority",
         default_timeout_s: float = DEFAULT_TIMEOUT_S,
+        wall_s_per_virtual_s: float = 0.0,
     ) -> None:
         if not default_timeout_s > 0:
             raise ValueError(f"default_timeout_s must be > 0, got {default_timeout_s}")
+        if not 0 <= wall_s_per_virtual_s < float("inf"):
+            raise ValueError(f"wall_s_per_virtual_s must be >= 0, got {wall_s_per_virtual_s}")
+        self._wall_s_per_virtual_s = wall_s_per_virtual_s
         self._profile = get_profile(profile) if isinstance(profile, str) else profile
         default = self._profile.capacity
         num_blocks = default.num_blocks if num_blocks is None else num_blocks
@@ -379,7 +388,10 @@ class SimEngine:
                     continue
                 for _ in range(self._yields_per_step):
                     await asyncio.sleep(0)
+                before_s = self._now_s
                 self._step()
+                if self._wall_s_per_virtual_s:
+                    await asyncio.sleep((self._now_s - before_s) * self._wall_s_per_virtual_s)
         except Exception as exc:  # a bug in the simulator: no caller may hang on it
             logger.exception("the simulated engine's step loop failed")
             self._closed_reason = f"the simulated engine failed: {exc!r}"
