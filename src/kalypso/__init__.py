@@ -7,6 +7,7 @@ prompt builds in one operator is reused by the next.
 
 from typing import Any
 
+from kalypso.core.functions import register_function
 from kalypso.core.ledger import KVLedger
 from kalypso.engine.protocol import (
     Engine,
@@ -43,8 +44,24 @@ def configure(*args: Any, **kwargs: Any) -> None:
     configure_session(*args, **kwargs)
 
 
+def from_spec(spec: Any) -> Any:
+    """The table plan or workflow a spec describes: see :func:`kalypso.jobspec.from_spec`."""
+    from kalypso.jobspec import from_spec as build
+
+    return build(spec)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Client":  # imported on first use: it needs the workflow front end too
+        from kalypso.client import Client
+
+        return Client
+    raise AttributeError(f"module 'kalypso' has no attribute {name!r}")
+
+
 __all__ = [
     "POLICIES",
+    "Client",
     "Engine",
     "EngineCapacity",
     "EngineError",
@@ -64,6 +81,8 @@ __all__ = [
     "__version__",
     "compare_decisions",
     "configure",
+    "from_spec",
+    "register_function",
     "register_operator",
     "table",
 ]

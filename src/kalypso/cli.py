@@ -9,6 +9,11 @@ kalypso demo [options]                the main job (see README)
 kalypso workflow run NAME [options]   a library workflow (Helium's), with a per-node report
 kalypso workflow explain NAME [...]   its plan: DAG, rewrites, radix tree, schedule
 kalypso batch run IN.jsonl -o OUT     an OpenAI-format batch file, ordered by shared prefix
+kalypso serve [options]               the job server (docs/service.md)
+kalypso tokens create|revoke NAME     the server's API tokens
+kalypso submit SPEC.json [--wait]     submit a job to a server (KALYPSO_URL, KALYPSO_TOKEN)
+kalypso status ID / cancel ID         a job's state and progress / cancel it
+kalypso result ID -o OUT              its result table (.parquet, .json or .csv)
 """
 
 from __future__ import annotations
@@ -215,6 +220,24 @@ def cmd_workflow_explain(args: argparse.Namespace) -> int:
     return asyncio.run(run(args, console, execute=False))
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from kalypso.service.command import run_serve
+
+    return run_serve(args, console)
+
+
+def cmd_tokens(args: argparse.Namespace) -> int:
+    from kalypso.service.command import tokens
+
+    return tokens(args, console)
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    from kalypso.client_command import run
+
+    return run(args, console)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kalypso", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -333,6 +356,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_batch_arguments(run_batch)
     run_batch.set_defaults(func=cmd_batch_run)
+
+    from kalypso.client_command import add_job_commands
+    from kalypso.service.command import add_serve_arguments, add_token_arguments
+
+    serve_jobs = sub.add_parser("serve", help="run the job server (docs/service.md)")
+    add_serve_arguments(serve_jobs)
+    serve_jobs.set_defaults(func=cmd_serve)
+    token_command = sub.add_parser("tokens", help="create or revoke the server's API tokens")
+    add_token_arguments(token_command)
+    token_command.set_defaults(func=cmd_tokens)
+    add_job_commands(sub, cmd_job)
 
     return parser
 
