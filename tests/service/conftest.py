@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from kalypso.engine.protocol import Engine
 from kalypso.engine.sim import SimEngine
@@ -117,8 +117,8 @@ def start_server(
 
 
 def database_url(tmp_path: Path) -> str:
-    """A fresh database: SQLite in ``tmp_path``, or a new schema-free PostgreSQL database
-    on the server ``KALYPSO_TEST_POSTGRES_URL`` names."""
+    """A fresh database: SQLite in ``tmp_path``, or a new, empty PostgreSQL database on
+    the server ``KALYPSO_TEST_POSTGRES_URL`` names (``scripts/with-postgres`` sets it)."""
     base = os.environ.get(POSTGRES_URL_VARIABLE)
     if not base:
         return f"sqlite:///{tmp_path / 'jobs.db'}"
@@ -127,7 +127,7 @@ def database_url(tmp_path: Path) -> str:
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
-    return base.rsplit("/", 1)[0] + f"/{name}"
+    return make_url(base).set(database=name).render_as_string(hide_password=False)
 
 
 @pytest.fixture

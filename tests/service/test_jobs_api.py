@@ -181,3 +181,17 @@ def test_health_metrics_and_openapi(live: LiveServer) -> None:
     assert 'kalypso_calls_total{source="engine"}' in metrics
     schema = httpx.get(live.url + "/openapi.json").json()
     assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/events"} <= set(schema["paths"])
+
+
+def test_the_database_is_the_one_the_suite_was_given(live: LiveServer) -> None:
+    import os
+
+    from .conftest import POSTGRES_URL_VARIABLE
+
+    dialect = live.database.engine.dialect.name
+    assert dialect == ("postgresql" if os.environ.get(POSTGRES_URL_VARIABLE) else "sqlite")
+    if dialect == "sqlite":
+        with live.database.engine.connect() as connection:
+            from sqlalchemy import text
+
+            assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"

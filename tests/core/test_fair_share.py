@@ -1,0 +1,68 @@
+"""The fair-sharing ledger (the job server's): owners ordered by priority, an equal share
+of the KV capacity within one priority while another waits, and call slots."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kalypso.core.ledger import KVLedger
+
+
+def test_an_outranked_owner_may_not_reserve_until_the_urgent_one_leaves() -> None:
+    ledger = KVLedger(100, fair_share=True)
+    ledger.register("large", priority=11_000)
+    assert ledger.fits_for("large", 60)
+    ledger.register("small", priority=4_000)
+    assert not ledger.fits_for("large", 1)
+    assert ledger.fits_for("small", 30)
+    ledger.unregister("small")
+    assert ledger.fits_for("large", 60)
+
+
+def test_without_fair_sharing_priorities_change_nothing() -> None:
+    ledger = KVLedger(100)
+    ledger.register("large", priority=11_000)
+    ledger.register("small", priority=4_000)
+    assert ledger.fits_for("large", 100)
+
+
+def test_owners_of_one_priority_split_the_capacity_while_one_waits() -> None:
+    ledger = KVLedger(100, fair_share=True)
+    ledger.register("a")
+    ledger.register("b")
+    ledger.reserve("a", 90)
+    assert ledger.fits_for("a", 10)  # nobody waits: a may take everything
+    assert not ledger.fits_for("b", 20)  # no room: b now waits
+    ledger.release("a", 40)  # a holds 50
+    assert not ledger.fits_for("a", 1)  # beyond its half while b waits
+    assert ledger.fits_for("b", 20)
+    ledger.task_started("b")  # b got going: it no longer waits
+    assert ledger.fits_for("a", 1)
+
+
+@pytest.mark.asyncio
+async def test_calls_wait_for_a_slot_and_for_more_urgent_owners() -> None:
+    ledger = KVLedger(100, fair_share=True, call_slots=2)
+    ledger.register("large", priority=2)
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def call(owner: str, name: str) -> None:
+        async with ledger.call_slot(owner):
+            order.append(name)
+            await release.wait()
+
+    first = [asyncio.create_task(call("large", f"large{i}")) for i in range(3)]
+    await asyncio.sleep(0)
+    assert order == ["large0", "large1"] and ledger.calls_in_engine == 2
+    ledger.register("small", priority=1)
+    urgent = asyncio.create_task(call("small", "small0"))
+    await asyncio.sleep(0)
+    release.set()  # the two running calls end; the small one goes before large2
+    await asyncio.sleep(0.01)
+    assert order[2] == "small0"
+    ledger.unregister("small")
+    await asyncio.wait_for(asyncio.gather(*first, urgent), timeout=5)
+    assert order[-1] == "large2" and ledger.calls_in_engine == 0
