@@ -10,6 +10,7 @@ unfinished jobs answers 429. Errors have one shape (:mod:`kalypso.service.errors
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -51,7 +52,9 @@ from kalypso.service.tokens import Caller, authenticate
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 32 * 2**20
-SSE_POLL_S = 0.2
+SSE_IDLE_CHECK_S = 1.0
+"""An event stream with nothing new reads the database again after this long even when
+not woken (events another process wrote)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,7 @@ def create_app(
                 " limit; wait for one to finish or cancel one",
                 headers={"Retry-After": "5"},
             )
+        manager_of(request).notify()
         manager_of(request).start(row.id)
         return job_object(row)
 
@@ -182,6 +186,7 @@ def create_app(
         row = await own_job(job_id, caller)
         if row.status not in states.FINAL:
             await database.run(lambda s: _mark_cancelling(s, job_id))
+            manager_of(request).notify()
             await manager_of(request).cancel(job_id)
             row = await own_job(job_id, caller)
         return job_object(row)
@@ -222,6 +227,7 @@ def create_app(
     async def job_events(
         job_id: str,
         caller: CallerDep,
+        request: Request,
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> EventSourceResponse:
         """Progress as Server-Sent Events (``status`` and ``progress``), ending after the
@@ -229,7 +235,7 @@ def create_app(
         what it missed."""
         await own_job(job_id, caller)
         after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
-        return EventSourceResponse(_events(database, job_id, after))
+        return EventSourceResponse(_events(database, manager_of(request), job_id, after))
 
     @app.get("/healthz", tags=["server"])
     async def healthz(request: Request) -> dict[str, Any]:
@@ -371,8 +377,11 @@ def _jobs_by_state(session: Session) -> dict[str, int]:
     return {status: int(count) for status, count in rows}
 
 
-async def _events(database: Database, job_id: str, after: int) -> AsyncIterator[dict[str, Any]]:
-    """The job's events after id ``after``, as they are stored, until its final status."""
+async def _events(
+    database: Database, manager: JobManager, job_id: str, after: int
+) -> AsyncIterator[dict[str, Any]]:
+    """The job's events after id ``after``, as they are stored, until its final status;
+    woken by the manager when one is written (and every second regardless)."""
 
     def newer(session: Session) -> list[EventRow]:
         query = (
@@ -384,6 +393,7 @@ async def _events(database: Database, job_id: str, after: int) -> AsyncIterator[
         return list(session.scalars(query))
 
     while True:
+        written = manager.events_written()
         batch = await database.run(newer)
         for event in batch:
             after = event.id
@@ -391,4 +401,6 @@ async def _events(database: Database, job_id: str, after: int) -> AsyncIterator[
             if event.type == "status" and event.data.get("status") in states.FINAL:
                 return
         if not batch:
-            await asyncio.sleep(SSE_POLL_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SSE_IDLE_CHECK_S):
+                    await written.wait()

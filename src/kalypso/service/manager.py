@@ -96,6 +96,18 @@ class JobManager:
         self._live: dict[str, LiveProgress] = {}
         self._cancelled: set[str] = set()
         self._closing = False
+        self._events_written = asyncio.Event()
+
+    # ---- events ---------------------------------------------------------------------
+    def events_written(self) -> asyncio.Event:
+        """An event set once any job's event is next written. Take it *before* reading
+        the events, then wait on it: nothing written in between is missed."""
+        return self._events_written
+
+    def notify(self) -> None:
+        """Wake every reader waiting for events (call after writing one)."""
+        self._events_written.set()
+        self._events_written = asyncio.Event()
 
     # ---- what the API reads ---------------------------------------------------------
     def live(self, job_id: str) -> LiveProgress | None:
@@ -257,6 +269,7 @@ class JobManager:
                 seen = live.updates
                 snapshot = live.snapshot()
                 await self.database.run(_store_progress(job_id, snapshot))
+                self.notify()
 
     # ---- state changes (each one committed, with its event) --------------------------
     async def _set_in_progress(self, job_id: str, journaled_calls: int) -> None:
@@ -271,6 +284,7 @@ class JobManager:
             session.commit()
 
         await self.database.run(write)
+        self.notify()
         logger.info("job %s in progress (%d calls journaled)", job_id, journaled_calls)
 
     async def _set_status(self, job_id: str, status: str, live: LiveProgress) -> None:
@@ -286,6 +300,7 @@ class JobManager:
             session.commit()
 
         await self.database.run(write)
+        self.notify()
 
     async def _finish(
         self,
@@ -319,6 +334,7 @@ class JobManager:
             session.commit()
 
         await self.database.run(write)
+        self.notify()
         logger.info("job %s %s", job_id, status)
 
 
