@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kalypso-installed
 
-.PHONY: setup demo test lint docs clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows bench-batch bench-lotus
+.PHONY: setup system-deps test-postgres bench-service demo test lint docs clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows bench-batch bench-lotus
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,11 +19,22 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 	$(BIN)/kalypso models prepare
 
+# Debian's PostgreSQL and Chromium, for the job server's tests (scripts/system-deps).
+system-deps:
+	scripts/system-deps
+
 demo: setup
 	$(BIN)/kalypso demo
 
-test: setup lint
+test: setup system-deps lint
 	$(BIN)/python -m pytest -q -rs --durations=10
+	$(MAKE) --no-print-directory test-postgres
+
+# The job server's tests again, against a throwaway PostgreSQL server (the browser test
+# is the same on either database, so it runs once, above).
+test-postgres: $(STAMP)
+	scripts/with-postgres $(BIN)/python -m pytest -q -rs tests/service \
+		--ignore=tests/service/test_page.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check -q src tests bench
@@ -106,6 +117,13 @@ bench-lotus: setup lotus-venv
 	rm -f $(RESULTS)/lotus-dropin-quick-$(HOST_SLUG).json
 	$(BIN)/python -m bench.lotus_dropin --lotus-python $(LOTUS_VENV)/bin/python \
 		--out $(RESULTS)/lotus-dropin-quick-$(HOST_SLUG).json
+
+# The job server against the same plans in-process: on vLLM (CPU, float32), then on the
+# simulator's GPU profile paced in real time.
+bench-service: setup
+	rm -f $(RESULTS)/service-quick-$(HOST_SLUG).json $(RESULTS)/service-sim.json
+	$(BIN)/python -m bench.service_bench --engine vllm --out $(RESULTS)/service-quick-$(HOST_SLUG).json
+	$(BIN)/python -m bench.service_bench --engine sim --out $(RESULTS)/service-sim.json
 
 clean-venv:
 	rm -rf $(VENV)
