@@ -71,6 +71,8 @@ REGIMES = Source("regimes-sim.json", "make bench-paper")
 BATCH = Source("batch-quick-epyc-avx512.json", "make bench-batch")
 BATCH_SIM = Source("batch-sim.json", "make bench-batch")
 LOTUS_DROPIN = Source("lotus-dropin-quick-epyc-avx512.json", "make bench-lotus")
+SERVICE = Source("service-quick-epyc-avx512.json", "make bench-service")
+SERVICE_SIM = Source("service-sim.json", "make bench-service")
 
 
 def lotus_dropin(results: Path) -> str:
@@ -112,6 +114,66 @@ def lotus_dropin(results: Path) -> str:
         "rows (pairs from contracts): Lotus / kalypso.pandas",
     ]
     return "\n".join([f"- {LOTUS_DROPIN.caption(records)}", "", *_table(header, rows)])
+
+
+def service(results: Path) -> str:
+    """The same plans in-process and as jobs through the server, on one engine: mean
+    times over repeats, the overhead (share and per call), equal results; then the stream
+    of small jobs (jobs per minute)."""
+    parts: list[str] = []
+    for source in (SERVICE, SERVICE_SIM):
+        records = source.records(results)
+        jobs = [r for r in records if r["kind"] == "job"]
+        rows = []
+        for (workload, engine), group in _group(jobs, ("workload", "engine")).items():
+            local = statistics.mean(r["in_process_s"] for r in group)
+            job = statistics.mean(r["job_s"] for r in group)
+            calls = group[0]["calls"]
+            rows.append(
+                [
+                    workload,
+                    engine,
+                    f"{local:.2f}",
+                    f"{job:.2f}",
+                    f"{(job / local - 1) * 100:+.1f}%",
+                    f"{(job - local) / calls * 1000:.1f}",
+                    f"{calls}",
+                    "yes" if all(r["same_result"] for r in group) else "NO",
+                ]
+            )
+        for r in records:
+            if r["kind"] == "stream":
+                rows.append(
+                    [
+                        r["workload"],
+                        r["engine"],
+                        "-",
+                        f"{r['wall_s']:.1f} (all)",
+                        f"{r['jobs_per_minute']:.0f} jobs/min",
+                        "-",
+                        "-",
+                        "-",
+                    ]
+                )
+        header = [
+            "workload",
+            "engine",
+            "in-process (s)",
+            "as a job (s)",
+            "overhead",
+            "overhead per call (ms)",
+            "calls",
+            "same result",
+        ]
+        parts += [f"- {source.caption(records)}", "", *_table(header, rows), ""]
+    return "\n".join(parts[:-1])
+
+
+def _group(records: Sequence[Record], keys: Sequence[str]) -> dict[tuple[Any, ...], list[Record]]:
+    groups: dict[tuple[Any, ...], list[Record]] = defaultdict(list)
+    for r in records:
+        groups[tuple(r[k] for k in keys)].append(r)
+    return dict(groups)
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -389,6 +451,7 @@ def batch(results: Path) -> str:
 TABLES: dict[str, Callable[[Path], str]] = {
     "batch": batch,
     "lotus-dropin": lotus_dropin,
+    "service": service,
     "relational": relational,
     "relational-bound": relational_bound,
     "workflows": workflows,
