@@ -3,7 +3,10 @@ mode (float32): the same-answers guarantee is asserted as the README states it."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -195,3 +198,42 @@ async def test_adaptive_keeps_dependent_prefixes_cached_with_a_tiny_cache(
     assert adaptive.dependent_hit_rate >= 0.9, adaptive.report()
     assert baseline.dependent_hit_rate <= 0.1, baseline.report()
     assert adaptive.peak_reserved_blocks <= engine.capacity.num_blocks
+
+
+async def test_a_job_through_the_server_equals_the_run_in_process(
+    engine: LocalVLLMEngine, tmp_path: Path
+) -> None:
+    """The job server on real vLLM (float32): a plan submitted as a job gives the rows and
+    the calls of the same plan run in-process on the same engine."""
+    from kalypso.client import Client
+    from kalypso.service import Database
+    from kalypso.service.tokens import create_token
+    from tests.service.inloop import serving
+    from tests.service.plans import same_rows
+
+    reviews = load_bundled().reviews.head(6)[["review_id", "text"]]
+    plan = (
+        kalypso.table(reviews, name="reviews")
+        .sem_filter("Does the {text} mention the battery?")
+        .sem_map("Name the product in the {text}, in a few words.", "product", max_tokens=8)
+    )
+    await engine.reset_prefix_cache()
+    expected = await plan.arun(engine)
+    database = Database(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        with database.session() as session:
+            token = create_token(session, "vllm-user")
+        await engine.reset_prefix_cache()
+        async with serving(database, engine) as url:
+
+            def remote() -> tuple[dict[str, Any], pd.DataFrame]:
+                with Client(url, token) as client:
+                    job_id = client.submit(plan)["id"]
+                    return client.wait(job_id, timeout_s=600), client.result(job_id)
+
+            done, frame = await asyncio.to_thread(remote)
+    finally:
+        database.close()
+    assert done["status"] == "completed", done["errors"]
+    assert same_rows(frame, expected.frame)
+    assert done["progress"]["engine_calls"] == expected.llm_calls

@@ -38,6 +38,7 @@ from kalypso.core.bounds import BoundPolicy
 from kalypso.core.dataflow import FlowPlan, root_programs
 from kalypso.core.errors import PlanError, QueryError, TaskFailed
 from kalypso.core.estimator import TokenBoundEstimator
+from kalypso.core.hooks import RunHooks
 from kalypso.core.instance import CallOutcome, Instance
 from kalypso.core.ledger import KVLedger
 from kalypso.core.options import WORKFLOW_POLICY, RunOptions
@@ -114,6 +115,8 @@ async def arun_batch(
     chunk_requests: int = CHUNK_REQUESTS,
     on_progress: Progress | None = None,
     index: FileIndex | None = None,
+    ledger: KVLedger | None = None,
+    hooks: RunHooks | None = None,
 ) -> BatchResult:
     """Run the OpenAI-format batch file ``input_path`` on ``engine``; answers go to
     ``output_path`` and failed lines to ``error_path`` (default ``<output>.errors.jsonl``,
@@ -121,7 +124,9 @@ async def arun_batch(
 
     ``options`` are the core's (the policy, the call timeout); ``cache-aware`` by default.
     ``index``: the file already checked (:func:`~kalypso.batch.reader.check_file`), so it
-    is not read twice.
+    is not read twice. ``ledger`` shares the engine with other runs (the job server's; by
+    default the run has one of its own) and ``hooks`` attach a journal of calls and a
+    progress listener (:mod:`kalypso.core.hooks`).
 
     Raises:
         BatchFileError: a line is refused (line and field named); nothing was run.
@@ -142,7 +147,7 @@ async def arun_batch(
         base, policy=base.policy or WORKFLOW_POLICY, isolate_call_errors=True, system_prompt=""
     )
     result = BatchResult(model=index.model)
-    ledger = KVLedger(engine.capacity.num_blocks)
+    ledger = ledger if ledger is not None else KVLedger(engine.capacity.num_blocks)
     cache = PromptResultCache(engine.name)
     batch_id = uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory(prefix=f".{target.name}.", dir=target.parent) as tmp:
@@ -152,7 +157,9 @@ async def arun_batch(
                 piece = Path(tmp) / f"chunk-{number}.tsv"
                 with piece.open("w", encoding="utf-8") as sink:
                     owner = f"b{batch_id}c{number}"
-                    await _run_chunk(chunk, engine, run_options, ledger, cache, owner, sink, result)
+                    await _run_chunk(
+                        chunk, engine, run_options, ledger, cache, owner, sink, result, hooks
+                    )
                 pieces.append(piece)
                 result.chunks += 1
                 result.time_s = time.monotonic() - started
@@ -177,6 +184,7 @@ async def _run_chunk(
     owner: str,
     sink: IO[str],
     result: BatchResult,
+    hooks: RunHooks | None,
 ) -> None:
     """Run ``chunk``; write a line per request to ``sink``, in line order: its number, a
     tab, ``a`` (answered) or ``e`` (failed), a tab, the output line's JSON."""
@@ -201,7 +209,7 @@ async def _run_chunk(
         async with asyncio.TaskGroup() as group:  # one failing run cancels the others
             runs = [
                 group.create_task(
-                    _run_shape(shape, engine, options, ledger, cache, f"{owner}s{index}")
+                    _run_shape(shape, engine, options, ledger, cache, f"{owner}s{index}", hooks)
                 )
                 for index, shape in enumerate(shapes)
             ]
@@ -262,6 +270,7 @@ async def _run_shape(
     ledger: KVLedger,
     cache: PromptResultCache,
     owner: str,
+    hooks: RunHooks | None = None,
 ) -> tuple[list[Instance], int, int]:
     """One shape's instances on the core: them with their outcomes, and the engine's
     prompt and cached tokens."""
@@ -284,9 +293,14 @@ async def _run_shape(
     )
     state = RunState.create(engine, options, owner, ledger, bounds, shape.layout)
     state.result_cache = cache
+    if hooks is not None:
+        state.hooks = hooks
     flow = FlowPlan.of(shape.graph)
     runner = PipelineRunner(state, flow.num_stages, policy=policy)
-    ledger.register(owner)
+    if hooks is not None and hooks.on_progress is not None:
+        listener = hooks.on_progress
+        runner.on_update = lambda views: listener(1, views)
+    ledger.register(owner, options.request_priority)
     try:
         done = await runner.run(root_programs(flow, shape.instances, state.program_context()))
     except TaskFailed as failure:

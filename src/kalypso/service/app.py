@@ -13,13 +13,12 @@ import asyncio
 import contextlib
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from sqlalchemy import and_, func, or_, select, text
@@ -32,8 +31,10 @@ from kalypso.engine.protocol import Engine
 from kalypso.jobspec import JobSpec, from_spec
 from kalypso.query import Table
 from kalypso.service import states
+from kalypso.service.batch_files import batch_routes
 from kalypso.service.database import Database
-from kalypso.service.db import EventRow, JobRow, utcnow
+from kalypso.service.db import EventRow, JobRow
+from kalypso.service.deps import CallerDep, caller_of, manager_of
 from kalypso.service.errors import (
     ApiError,
     ErrorBody,
@@ -43,11 +44,12 @@ from kalypso.service.errors import (
     validation_response,
 )
 from kalypso.service.frames import from_parquet_bytes, json_records
+from kalypso.service.jobrows import insert_job, mark_cancelling
 from kalypso.service.manager import JobManager
 from kalypso.service.metrics import metrics_text
 from kalypso.service.objects import JobList, JobObject, job_object
 from kalypso.service.page import page_routes
-from kalypso.service.tokens import Caller, authenticate
+from kalypso.service.tokens import Caller
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +146,7 @@ def create_app(
             return validation_response(list(exc.errors()))
         except PlanError as exc:
             raise ApiError(422, "invalid_plan", str(exc), param="plan") from None
-        row = await database.run(lambda s: _insert_job(s, caller, spec, requests_total))
+        row = await database.run(lambda s: insert_job(s, caller, spec, requests_total))
         if row is None:
             raise ApiError(
                 429,
@@ -185,7 +187,7 @@ def create_app(
         ``cancelled``. A finished job is returned unchanged."""
         row = await own_job(job_id, caller)
         if row.status not in states.FINAL:
-            await database.run(lambda s: _mark_cancelling(s, job_id))
+            await database.run(lambda s: mark_cancelling(s, job_id))
             manager_of(request).notify()
             await manager_of(request).cancel(job_id)
             row = await own_job(job_id, caller)
@@ -256,41 +258,9 @@ def create_app(
         body, content_type = metrics_text(manager_of(request), by_state)
         return Response(body, media_type=content_type)
 
+    batch_routes(app, database, settings.max_request_bytes)
     page_routes(app, caller_of)
     return app
-
-
-def manager_of(request: Request) -> JobManager:
-    manager: JobManager = request.app.state.manager
-    return manager
-
-
-async def caller_of(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Caller:
-    """The caller a request's bearer token names (401 without a valid one)."""
-    scheme, _, secret = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not secret.strip():
-        raise ApiError(
-            401,
-            "missing_token",
-            "send an API token as 'Authorization: Bearer <token>'"
-            " (create one with `kalypso tokens create NAME`)",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    database: Database = request.app.state.database
-    caller = await database.run(lambda s: authenticate(s, secret.strip()))
-    if caller is None:
-        raise ApiError(
-            401,
-            "invalid_token",
-            "the API token is unknown or revoked",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    return caller
-
-
-CallerDep = Annotated[Caller, Depends(caller_of)]
 
 
 def _too_large(limit_bytes: int) -> ApiError:
@@ -311,39 +281,6 @@ def _validate_plan(spec: JobSpec) -> int:
     return max((len(texts) for texts in inputs.values()), default=0)
 
 
-def _insert_job(session: Session, caller: Caller, spec: JobSpec, total: int) -> JobRow | None:
-    """The new job, or None when the caller is at its limit of unfinished jobs."""
-    unfinished = session.scalar(
-        select(func.count())
-        .select_from(JobRow)
-        .where(JobRow.token_id == caller.token_id, JobRow.status.in_(states.ACTIVE))
-    )
-    if (unfinished or 0) >= caller.max_running_jobs:
-        return None
-    row = JobRow(
-        id=f"job_{uuid.uuid4().hex[:24]}",
-        token_id=caller.token_id,
-        kind=spec.kind,
-        spec=spec.model_dump(mode="json"),
-        status=states.VALIDATING,
-        created_at=utcnow(),
-        cancel_requested=False,
-        requests_total=total,
-        runs=0,
-        progress={},
-        errors=[],
-        result_partial=False,
-        metadata_=dict(spec.metadata),
-    )
-    session.add(row)
-    session.flush()  # the job before its event (no ORM relationship orders them)
-    session.add(
-        EventRow(job_id=row.id, type="status", data={"status": row.status}, created_at=utcnow())
-    )
-    session.commit()
-    return row
-
-
 def _page(session: Session, caller: Caller, limit: int, after: str | None) -> list[JobRow]:
     query = select(JobRow).where(JobRow.token_id == caller.token_id)
     if after is not None:
@@ -358,18 +295,6 @@ def _page(session: Session, caller: Caller, limit: int, after: str | None) -> li
         )
     order = query.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit + 1)
     return list(session.scalars(order))
-
-
-def _mark_cancelling(session: Session, job_id: str) -> None:
-    row = session.get(JobRow, job_id)
-    if row is None or row.status in states.FINAL:
-        return
-    row.cancel_requested = True
-    row.status = states.CANCELLING
-    session.add(
-        EventRow(job_id=job_id, type="status", data={"status": row.status}, created_at=utcnow())
-    )
-    session.commit()
 
 
 def _jobs_by_state(session: Session) -> dict[str, int]:

@@ -1,9 +1,10 @@
 """The job server's tables (SQLAlchemy 2) and how to open its database.
 
-Four tables: ``tokens`` (API tokens, stored as SHA-256 hashes), ``jobs`` (a spec, its
-state, progress and result), ``events`` (each job's progress events, numbered for
-Server-Sent Events and ``Last-Event-ID``) and ``calls`` (the journal: every completed LLM
-call, one committed row each, so a job resumed after a crash sends none again).
+Five tables: ``tokens`` (API tokens, stored as SHA-256 hashes), ``jobs`` (a spec, its
+state, progress and result), ``files`` (batch files, in and out), ``events`` (each job's
+progress events, numbered for Server-Sent Events and ``Last-Event-ID``) and ``calls``
+(the journal: every completed LLM call, committed before its answer is used, so a job
+resumed after a crash sends none again).
 
 The schema is created and upgraded by Alembic (:mod:`kalypso.service.migrate`), never by
 ``create_all``. SQLite opens in WAL mode with ``synchronous=NORMAL``: a commit survives
@@ -78,7 +79,24 @@ class JobRow(Base):
     result_parquet: Mapped[bytes | None] = mapped_column(LargeBinary)
     result_rows: Mapped[int | None] = mapped_column(Integer)
     result_partial: Mapped[bool] = mapped_column(Boolean, default=False)
+    output_file_id: Mapped[str | None] = mapped_column(String(40))
+    """A batch job's answers, as a file (OpenAI's ``output_file_id``)."""
+    error_file_id: Mapped[str | None] = mapped_column(String(40))
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+
+
+class FileRow(Base):
+    """An uploaded batch input, or a batch's output or error file (OpenAI's Files API)."""
+
+    __tablename__ = "files"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    token_id: Mapped[str] = mapped_column(ForeignKey("tokens.id"), index=True)
+    purpose: Mapped[str] = mapped_column(String(20))
+    filename: Mapped[str] = mapped_column(String(255))
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    content: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class EventRow(Base):

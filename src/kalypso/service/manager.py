@@ -20,29 +20,27 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from kalypso.core.errors import PlanError, QueryError
+from kalypso.core.errors import PlanError
 from kalypso.core.hooks import RunHooks
 from kalypso.core.ledger import KVLedger
 from kalypso.core.prompt import ChatLayout
 from kalypso.engine.protocol import Engine, EngineError
-from kalypso.jobspec import JobSpec, from_spec
-from kalypso.query import QueryResult, Table
+from kalypso.jobspec import JobSpec
 from kalypso.service import states
+from kalypso.service.batch_store import BatchSpec, file_content, store_batch_files
 from kalypso.service.database import Database
 from kalypso.service.db import EventRow, JobRow, utcnow
 from kalypso.service.frames import to_parquet_bytes
 from kalypso.service.journal import DatabaseJournal
 from kalypso.service.progress import LiveProgress
-from kalypso.workflow import Workflow, WorkflowResult
-from kalypso.workflow import arun as run_workflow
+from kalypso.service.work import JobFailed, JobOutput, Shared, run_batch_file, run_plan
 
 logger = logging.getLogger(__name__)
 
@@ -63,14 +61,6 @@ class ServiceTotals:
     cached_tokens: int = 0
 
 
-def _frame_of(result: QueryResult | WorkflowResult | Any) -> pd.DataFrame | None:
-    if isinstance(result, QueryResult):
-        return result.frame
-    if isinstance(result, WorkflowResult):
-        return result.outputs
-    return None
-
-
 class JobManager:
     """Runs the server's jobs (see the module docstring). All methods run on the server's
     event loop."""
@@ -89,7 +79,7 @@ class JobManager:
             fair_share=True,
             call_slots=engine.capacity.max_running_requests or 0,
         )
-        self.layout = ChatLayout(engine.tokenizer)
+        self.shared = Shared(engine, self.ledger, ChatLayout(engine.tokenizer))
         self.totals = ServiceTotals()
         self.progress_interval_s = progress_interval_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -186,72 +176,59 @@ class JobManager:
         row = await self.database.run(lambda s: s.get(JobRow, job_id))
         if row is None or row.status in states.FINAL:
             return
-        spec = JobSpec.model_validate(row.spec)
-        try:
-            plan = from_spec(spec.plan)
-        except PlanError as exc:  # e.g. a function no longer registered after a restart
-            await self._finish(job_id, states.FAILED, None, [_error("invalid_plan", exc)])
-            return
+        window_s: float | None
+        if row.kind == "batch":
+            batch = BatchSpec.model_validate(row.spec["batch"])
+            content = await self.database.run(lambda s: file_content(s, batch.input_file_id))
+            window_s = batch.window_s
+
+            async def work(hooks: RunHooks, options: dict[str, Any]) -> JobOutput:
+                return await run_batch_file(content, self.shared, hooks, options)
+        else:
+            spec = JobSpec.model_validate(row.spec)
+            window_s = spec.completion_window_s
+
+            async def work(hooks: RunHooks, options: dict[str, Any]) -> JobOutput:
+                return await run_plan(spec, self.shared, hooks, options)
+
         journal = DatabaseJournal(self.database, job_id)
         journaled = await journal.load()
         live = LiveProgress(job_id, self.ledger, journal.counts, time.monotonic())
         self._live[job_id] = live
+        live.sample_kv(time.monotonic())
         await self._set_in_progress(job_id, journaled)
         flusher = asyncio.create_task(self._flush_progress(job_id, live))
         hooks = RunHooks(journal=journal, on_progress=live.on_progress)
-        status, frame, errors = states.COMPLETED, None, []
+        options = {"query_id": job_id, "request_priority": size_priority(row.requests_total)}
+        status, output, errors = states.COMPLETED, JobOutput(), []
         try:
-            frame = _frame_of(await self._execute(plan, spec, job_id, row.requests_total, hooks))
-        except QueryError as error:
-            status, frame = states.FAILED, _frame_of(error.partial)
-            errors = [_error("run_failed", error)]
+            async with asyncio.timeout(window_s) as window:
+                output = await work(hooks, options)
+        except JobFailed as failure:
+            status, output = states.FAILED, failure.partial
+            errors = [_error("run_failed", failure.cause)]
         except (PlanError, EngineError) as error:
             status = states.FAILED
             errors = [
                 _error("invalid_plan" if isinstance(error, PlanError) else "engine_error", error)
             ]
-        except JobExpired as error:
-            status, errors = states.EXPIRED, [_error("expired", error)]
+        except TimeoutError as error:
+            if not window.expired():
+                raise
+            status = states.EXPIRED
+            errors = [_error("expired", JobExpired(f"not finished within {window_s} s"))]
+            del error
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
+            live.sample_kv(time.monotonic())
             self._count(journal)
         if status == states.COMPLETED:
             await self._set_status(job_id, states.FINALIZING, live)
-        await self._finish(job_id, status, frame, errors, live=live)
+        await self._finish(job_id, status, output, errors, live=live)
         if status == states.COMPLETED:
             await journal.compact()
-
-    async def _execute(
-        self,
-        plan: Table | Workflow,
-        spec: JobSpec,
-        job_id: str,
-        requests_total: int,
-        hooks: RunHooks,
-    ) -> QueryResult | WorkflowResult:
-        options: dict[str, Any] = {
-            **spec.options.run_options(),
-            "query_id": job_id,
-            "request_priority": size_priority(requests_total),
-        }
-        window_s = spec.completion_window_s
-        run: Coroutine[Any, Any, QueryResult | WorkflowResult]
-        if isinstance(plan, Table):
-            run = plan.arun(
-                self.engine, ledger=self.ledger, layout=self.layout, hooks=hooks, **options
-            )
-        else:
-            assert spec.inputs is not None  # JobSpec requires a workflow's inputs
-            run = run_workflow(
-                plan, self.engine, spec.inputs, ledger=self.ledger, hooks=hooks, **options
-            )
-        try:
-            async with asyncio.timeout(window_s):
-                return await run
-        except TimeoutError:
-            raise JobExpired(f"the job did not finish within {window_s} s") from None
 
     def _count(self, journal: DatabaseJournal) -> None:
         counts = journal.counts
@@ -276,7 +253,8 @@ class JobManager:
         def write(session: Session) -> None:
             row = session.get(JobRow, job_id)
             assert row is not None
-            row.status = states.IN_PROGRESS
+            if not row.cancel_requested:  # a cancel that came first stays visible
+                row.status = states.IN_PROGRESS
             row.runs += 1
             row.in_progress_at = row.in_progress_at or utcnow()
             data = {"status": row.status, "run": row.runs, "journaled_calls": journaled_calls}
@@ -291,9 +269,13 @@ class JobManager:
         snapshot = live.snapshot()
 
         def write(session: Session) -> None:
-            session.execute(
-                update(JobRow).where(JobRow.id == job_id).values(status=status, progress=snapshot)
+            changed = session.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.cancel_requested.is_(False))
+                .values(status=status, progress=snapshot)
             )
+            if not getattr(changed, "rowcount", 1):
+                return
             session.add(
                 EventRow(job_id=job_id, type="status", data={"status": status}, created_at=utcnow())
             )
@@ -306,15 +288,20 @@ class JobManager:
         self,
         job_id: str,
         status: str,
-        frame: pd.DataFrame | None,
+        output: JobOutput | None,
         errors: list[dict[str, str]],
         *,
         live: LiveProgress | None = None,
     ) -> None:
-        """Store the job's final state, result (partial unless completed) and errors."""
-        self._live.pop(job_id, None)
+        """Store the job's final state, result (partial unless completed) and errors, and
+        its last progress (what it holds then: nothing, once its run has ended)."""
+        live = self._live.pop(job_id, None) or live
+        output = output or JobOutput()
+        frame = output.frame
         parquet = to_parquet_bytes(frame) if frame is not None else None
         snapshot = live.snapshot() if live is not None else None
+        if snapshot is not None and output.counts:
+            snapshot["batch_counts"] = output.counts
 
         def write(session: Session) -> None:
             row = session.get(JobRow, job_id)
@@ -328,6 +315,9 @@ class JobManager:
             if parquet is not None and frame is not None:
                 row.result_parquet = parquet
                 row.result_rows = len(frame)
+                row.result_partial = status != states.COMPLETED
+            if output.files:
+                store_batch_files(session, row, output.files)
                 row.result_partial = status != states.COMPLETED
             data: dict[str, Any] = {"status": status, "errors": errors}
             session.add(EventRow(job_id=job_id, type="status", data=data, created_at=utcnow()))

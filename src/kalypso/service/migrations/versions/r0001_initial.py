@@ -1,4 +1,4 @@
-"""The first schema: tokens, jobs, events and the call journal.
+"""The first schema: tokens, jobs, files, events and the call journal.
 
 Revision ID: r0001
 Revises:
@@ -43,11 +43,24 @@ def upgrade() -> None:
         sa.Column("result_parquet", sa.LargeBinary),
         sa.Column("result_rows", sa.Integer),
         sa.Column("result_partial", sa.Boolean, nullable=False),
+        sa.Column("output_file_id", sa.String(40)),
+        sa.Column("error_file_id", sa.String(40)),
         sa.Column("metadata", sa.JSON, nullable=False),
     )
     op.create_index("ix_jobs_token_id", "jobs", ["token_id"])
     op.create_index("ix_jobs_status", "jobs", ["status"])
     op.create_index("ix_jobs_created_at", "jobs", ["created_at"])
+    op.create_table(
+        "files",
+        sa.Column("id", sa.String(40), primary_key=True),
+        sa.Column("token_id", sa.String(40), sa.ForeignKey("tokens.id"), nullable=False),
+        sa.Column("purpose", sa.String(20), nullable=False),
+        sa.Column("filename", sa.String(255), nullable=False),
+        sa.Column("size_bytes", sa.Integer, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("content", sa.LargeBinary, nullable=False),
+    )
+    op.create_index("ix_files_token_id", "files", ["token_id"])
     op.create_table(
         "events",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
@@ -78,5 +91,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("calls")
     op.drop_table("events")
+    op.drop_table("files")
     op.drop_table("jobs")
     op.drop_table("tokens")
