@@ -122,7 +122,7 @@ bench-lotus: setup lotus-venv
 # simulator's GPU profile paced in real time.
 bench-service: setup
 	rm -f $(RESULTS)/service-quick-$(HOST_SLUG).json $(RESULTS)/service-sim.json
-	$(BIN)/python -m bench.service_bench --engine vllm --out $(RESULTS)/service-quick-$(HOST_SLUG).json
+	$(BIN)/python -m bench.service_bench --engine vllm --no-fairness --out $(RESULTS)/service-quick-$(HOST_SLUG).json
 	$(BIN)/python -m bench.service_bench --engine sim --out $(RESULTS)/service-sim.json
 
 clean-venv:

@@ -166,6 +166,16 @@ def service(results: Path) -> str:
             "same result",
         ]
         parts += [f"- {source.caption(records)}", "", *_table(header, rows), ""]
+        for r in records:
+            if r["kind"] == "fairness":
+                parts += [
+                    f"- Sharing ({r['engine']}): {r['workload']}: the small job took"
+                    f" {r['small_alone_s']:.2f} s alone and {r['small_beside_large_s']:.2f} s"
+                    f" beside the large one"
+                    f" ({r['small_beside_large_s'] / r['small_alone_s']:.1f}x),"
+                    f" which took {r['large_s']:.1f} s.",
+                    "",
+                ]
     return "\n".join(parts[:-1])
 
 

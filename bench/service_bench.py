@@ -119,6 +119,40 @@ async def stream(plans: list[Table], url: str, tokens: list[str]) -> float:
     return time.monotonic() - started
 
 
+async def fairness(url: str, tokens: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """A job of ``--small-rows`` reviews alone, then submitted once a job of
+    ``--large-rows`` has started: its time both ways, and the large job's."""
+
+    def run() -> dict[str, Any]:
+        with Client(url, tokens[0]) as small, Client(url, tokens[1]) as large:
+            started = time.monotonic()
+            small.wait(small.submit(medec("quick", n=args.small_rows, seed=7).plan)["id"])
+            alone_s = time.monotonic() - started
+            started = time.monotonic()
+            big = large.submit(medec("quick", n=args.large_rows, seed=8).plan)["id"]
+            while (large.status(big)["progress"] or {}).get("calls", 0) < 20:
+                time.sleep(0.02)
+            beside = time.monotonic()
+            small.wait(small.submit(medec("quick", n=args.small_rows, seed=9).plan)["id"])
+            beside_s = time.monotonic() - beside
+            large.wait(big)
+            return {
+                "kind": "fairness",
+                "workload": f"medec: {args.small_rows} notes beside {args.large_rows}",
+                "small_alone_s": round(alone_s, 2),
+                "small_beside_large_s": round(beside_s, 2),
+                "large_s": round(time.monotonic() - started, 2),
+            }
+
+    record = await asyncio.to_thread(run)
+    print(
+        f"fairness: {record['small_alone_s']} s alone, {record['small_beside_large_s']} s"
+        f" beside a job of {args.large_rows} rows that took {record['large_s']} s",
+        flush=True,
+    )
+    return record
+
+
 async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     stamp = run_stamp()
     engine, engine_name = await open_bench_engine(args)
@@ -184,6 +218,8 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                 }
             )
             print(f"stream: {args.stream_jobs} jobs in {seconds:.1f} s", flush=True)
+            if args.fairness:
+                records.append({**await fairness(url, callers, args), **common})
     finally:
         server.should_exit = True
         await serving
@@ -213,6 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--stream-jobs", type=int, default=12)
     parser.add_argument("--stream-rows", type=int, default=2)
+    parser.add_argument("--small-rows", type=int, default=10)
+    parser.add_argument("--large-rows", type=int, default=1000)
+    parser.add_argument(
+        "--fairness",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time a small job alone and beside a large one",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     unknown = set(args.workloads) - set(WORKLOADS)
