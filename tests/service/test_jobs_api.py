@@ -129,9 +129,16 @@ def test_another_callers_job_answers_404(live: LiveServer) -> None:
 def test_limits_413_429_and_409(database: object) -> None:
     from kalypso.service import ServiceSettings
 
-    from .conftest import sim_engine, start_server
+    from .conftest import start_server
+    from .engines import GatedSim
 
-    live = start_server(database, sim_engine, ServiceSettings(max_request_bytes=20_000))  # type: ignore[arg-type]
+    engines: list[GatedSim] = []
+
+    def make() -> GatedSim:
+        engines.append(GatedSim(free_calls=0))  # every call held until opened
+        return engines[0]
+
+    live = start_server(database, make, ServiceSettings(max_request_bytes=20_000))  # type: ignore[arg-type]
     try:
         with Client(live.url, live.token("heidi", max_running_jobs=2)) as client:
             with pytest.raises(ServiceError) as raised:
@@ -141,13 +148,12 @@ def test_limits_413_429_and_409(database: object) -> None:
             client.submit(review_plan(30, offset=30))
             with pytest.raises(ServiceError) as raised:
                 client.submit(review_plan(2))
-            assert raised.value.status == 429
+            assert raised.value.status == 429 and raised.value.code == "too_many_jobs"
             with pytest.raises(ServiceError) as raised:
                 client.result(first["id"])
-            assert (
-                raised.value.status in (409,) or client.status(first["id"])["status"] == "completed"
-            )
-            client.wait(first["id"])
+            assert raised.value.status == 409 and raised.value.code == "no_result"
+            engines[0].open()
+            assert client.wait(first["id"])["status"] == "completed"
             client.submit(review_plan(2))  # a slot is free again
         chunked = httpx.post(
             live.url + "/v1/jobs",
@@ -156,6 +162,8 @@ def test_limits_413_429_and_409(database: object) -> None:
         )
         assert chunked.status_code == 413
     finally:
+        if engines:
+            engines[0].open()
         live.stop()
 
 
