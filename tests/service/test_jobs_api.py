@@ -203,3 +203,24 @@ def test_the_database_is_the_one_the_suite_was_given(live: LiveServer) -> None:
             from sqlalchemy import text
 
             assert connection.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+
+
+def test_an_event_stream_resumes_after_its_last_event_id(live: LiveServer) -> None:
+    with Client(live.url, live.token("kim")) as client:
+        job_id = client.submit(review_plan(8))["id"]
+        everything = list(client.events(job_id))
+        assert [e.id for e in everything] == sorted(e.id for e in everything)
+        middle = everything[len(everything) // 2]
+        rest = list(client.events(job_id, last_event_id=middle.id))
+        assert rest == [e for e in everything if e.id > middle.id]
+        raw = httpx.get(
+            f"{live.url}/v1/jobs/{job_id}/events",
+            headers={
+                "Authorization": f"Bearer {live.token('kim')}",
+                "Last-Event-ID": str(everything[-2].id),
+            },
+        )
+        assert raw.headers["content-type"].startswith("text/event-stream")
+        assert f"id: {everything[-1].id}" in raw.text
+        assert f"id: {everything[-2].id}\r\n" not in raw.text
+        assert f"id: {everything[-2].id}\n" not in raw.text
