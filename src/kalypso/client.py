@@ -140,7 +140,7 @@ class Client:
         return job
 
     def result(self, job_id: str) -> pd.DataFrame:
-        """The job's result table (partial for a failed, cancelled or expired job)."""
+        """The job's result table (partial for a failed job)."""
         response = self._call("GET", f"/v1/jobs/{job_id}/result", params={"format": "parquet"})
         return pd.read_parquet(io.BytesIO(response.content))
 

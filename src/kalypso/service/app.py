@@ -199,8 +199,9 @@ def create_app(
         caller: CallerDep,
         format: Annotated[Literal["json", "parquet"], Query()] = "json",
     ) -> Response | dict[str, Any]:
-        """The result table (``format=parquet`` for Parquet bytes); a failed, cancelled
-        or expired job's partial result (``partial`` true). 409 while none exists."""
+        """The result table (``format=parquet`` for Parquet bytes); a failed job's
+        partial result (``partial`` true). 409 while none exists (a batch's result is
+        its output file)."""
         row = await own_job(job_id, caller)
         if row.result_parquet is None:
             raise ApiError(
