@@ -66,3 +66,51 @@ async def test_calls_wait_for_a_slot_and_for_more_urgent_owners() -> None:
     ledger.unregister("small")
     await asyncio.wait_for(asyncio.gather(*first, urgent), timeout=5)
     assert order[-1] == "large2" and ledger.calls_in_engine == 0
+
+
+@pytest.mark.asyncio
+async def test_a_more_urgent_owner_preempts_the_calls_in_the_engine() -> None:
+    ledger = KVLedger(100, fair_share=True, call_slots=4)
+    ledger.register("large", priority=2)
+    entered = asyncio.Event()
+    slots = []
+
+    async def call() -> None:
+        async with ledger.call_slot("large") as slot:
+            slots.append(slot)
+            entered.set()
+            await slot.preempted.wait()
+
+    running = asyncio.create_task(call())
+    await entered.wait()
+    assert not slots[0].preempted.is_set()
+    ledger.register("small", priority=1)
+    await asyncio.wait_for(running, timeout=5)
+    assert slots[0].preempted.is_set() and ledger.preempted_calls == 1
+    assert ledger.calls_in_engine == 0
+
+
+@pytest.mark.asyncio
+async def test_an_urgent_owner_waiting_for_room_lets_outranked_tasks_call() -> None:
+    """The deadlock it prevents: the large owner's admitted tasks hold the room the small
+    owner needs, and could not call (so never finish) while the small one is registered."""
+    ledger = KVLedger(100, fair_share=True)
+    ledger.register("large", priority=2)
+    ledger.reserve("large", 90)
+    ledger.task_started("large")
+    ledger.register("small", priority=1)
+    slot_taken = asyncio.Event()
+
+    async def call() -> None:
+        async with ledger.call_slot("large"):
+            slot_taken.set()
+
+    waiting = asyncio.create_task(call())
+    await asyncio.sleep(0.01)
+    assert not slot_taken.is_set()  # the small owner has not asked for room yet
+    assert not ledger.fits_for("small", 20)  # now it waits for room
+    await asyncio.wait_for(waiting, timeout=5)
+    assert not ledger.fits_for("large", 1)  # it still starts no new task
+    ledger.release("large", 90)
+    ledger.task_stopped("large")
+    assert ledger.fits_for("small", 20)

@@ -187,6 +187,7 @@ def test_health_metrics_and_openapi(live: LiveServer) -> None:
     metrics = httpx.get(live.url + "/metrics").text
     assert 'kalypso_jobs{state="completed"} 1.0' in metrics
     assert 'kalypso_calls_total{source="engine"}' in metrics
+    assert "kalypso_calls_preempted_total 0.0" in metrics
     schema = httpx.get(live.url + "/openapi.json").json()
     assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/events"} <= set(schema["paths"])
 

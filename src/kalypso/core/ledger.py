@@ -14,10 +14,15 @@ A ledger made with ``fair_share=True`` (the job server's) shares the engine betw
 owners, by their priority (:attr:`~kalypso.core.options.RunOptions.request_priority`,
 given at :meth:`KVLedger.register`; lower first):
 
-* an owner starts no new task, and sends no new call, while an owner of a lower priority
-  number is registered: its calls in the engine finish, and the more urgent owner has the
-  engine (the job server numbers jobs by size, so a job of ten rows started beside one of
-  two thousand runs almost as fast as alone, and the large one goes on after it);
+* an owner starts no new task while an owner of a lower priority number is registered,
+  and sends no call while such an owner is registered and not waiting for room: the more
+  urgent owner has the engine (the job server numbers jobs by size, so a job of ten rows
+  started beside one of two thousand runs almost as fast as alone, and the large one goes
+  on after it). Calls of an outranked owner already in the engine are *preempted*: the
+  slot's :attr:`CallSlot.preempted` is set, the caller aborts the request and sends it
+  again once it may (the engine's prefix cache keeps what its prompt computed, and a
+  request sent again gives the same answer). An urgent owner waiting for room that
+  outranked owners hold lets their admitted tasks call, so that they finish and free it;
 * at most ``call_slots`` calls of all owners are in the engine at once (the engine's most
   running requests), so that calls wait here, where priority decides, and not in the
   engine's own queue, where a call already sent competes for every step;
@@ -41,6 +46,20 @@ class LedgerError(RuntimeError):
     """A ledger invariant was about to break (a bug in the caller, never a user error)."""
 
 
+@dataclass(eq=False)
+class CallSlot:
+    """One call of ``owner`` in the engine (see :meth:`KVLedger.call_slot`).
+
+    Attributes:
+        owner: whose call it is.
+        preempted: set when a more urgent owner wants the engine: the caller should abort
+            the request and ask for a slot again.
+    """
+
+    owner: str
+    preempted: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 @dataclass
 class KVLedger:
     """All reservations against one engine's KV capacity (share one per engine).
@@ -53,6 +72,7 @@ class KVLedger:
         call_slots: with fair sharing, the most calls of all owners in the engine at once
             (0: no limit).
         calls_in_engine: calls sent through :meth:`call_slot` and not finished.
+        preempted_calls: calls preempted so far (:attr:`CallSlot.preempted` set).
         reserved_blocks: blocks reserved now, over all owners.
         peak_reserved_blocks: the most ever reserved at once.
     """
@@ -62,6 +82,7 @@ class KVLedger:
     call_slots: int = 0
     """With fair sharing, the most calls in the engine at once (0: no limit)."""
     calls_in_engine: int = 0
+    preempted_calls: int = 0
     reserved_blocks: int = 0
     peak_reserved_blocks: int = 0
     _wanting: set[str] = field(default_factory=set)
@@ -71,6 +92,7 @@ class KVLedger:
     _running: dict[str, int] = field(default_factory=dict)
     _owners: set[str] = field(default_factory=set)
     _waiters: list[asyncio.Event] = field(default_factory=list)
+    _slots: set[CallSlot] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.capacity_blocks < 1:
@@ -89,6 +111,7 @@ class KVLedger:
             raise ValueError(f"a query with id {owner!r} is already running on this engine")
         self._owners.add(owner)
         self._priority[owner] = priority
+        self._preempt_outranked()
 
     def unregister(self, owner: str) -> None:
         """Release whatever ``owner`` still holds and forget it (idempotent)."""
@@ -111,11 +134,12 @@ class KVLedger:
         sharing, no owner of a lower priority number is registered and ``owner`` stays
         within its share while another owner of its priority waits for room. A refusal for
         want of room marks ``owner`` as waiting until it starts a task."""
-        if self.fair_share and self._outranked(owner):
+        if self.fair_share and self._outranked(owner, even_by_waiting=True):
             return False
         if not self.fits(blocks):
-            if self.fair_share:
+            if self.fair_share and owner not in self._wanting:
                 self._wanting.add(owner)
+                self._notify()  # outranked owners' admitted tasks may call now
             return False
         if not self.fair_share or not self._wanting - {owner}:
             return True
@@ -123,9 +147,23 @@ class KVLedger:
         contenders |= self._wanting | {owner}
         return self.held_by(owner) + blocks <= self.capacity_blocks // len(contenders)
 
-    def _outranked(self, owner: str) -> bool:
+    def _outranked(self, owner: str, *, even_by_waiting: bool) -> bool:
+        """Whether an owner of a lower priority number than ``owner`` is registered: any
+        such owner with ``even_by_waiting``, else one that is not waiting for room."""
         mine = self._priority.get(owner, 0)
-        return any(priority < mine for priority in self._priority.values())
+        return any(
+            priority < mine and (even_by_waiting or other not in self._wanting)
+            for other, priority in self._priority.items()
+        )
+
+    def _preempt_outranked(self) -> None:
+        """Set :attr:`CallSlot.preempted` on the calls of owners that may no longer call."""
+        if not self.fair_share:
+            return
+        for slot in self._slots:
+            if not slot.preempted.is_set() and self._outranked(slot.owner, even_by_waiting=False):
+                slot.preempted.set()
+                self.preempted_calls += 1
 
     @property
     def free_blocks(self) -> int:
@@ -170,7 +208,9 @@ class KVLedger:
 
     def task_started(self, owner: str) -> None:
         self._running[owner] = self._running.get(owner, 0) + 1
-        self._wanting.discard(owner)
+        if owner in self._wanting:
+            self._wanting.discard(owner)
+            self._preempt_outranked()
 
     def task_stopped(self, owner: str) -> None:
         count = self._running.get(owner, 0)
@@ -181,19 +221,24 @@ class KVLedger:
 
     # ---- calls -------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def call_slot(self, owner: str) -> AsyncIterator[None]:
+    async def call_slot(self, owner: str) -> AsyncIterator[CallSlot]:
         """Hold one of the engine's call slots while a call of ``owner`` runs: with fair
-        sharing, wait until ``owner`` is outranked by no registered owner and a slot is
-        free; without, go at once."""
+        sharing, wait until ``owner`` may call (no more urgent owner registered that is
+        not waiting for room) and a slot is free; without, go at once. The slot's
+        :attr:`CallSlot.preempted` is set if a more urgent owner wants the engine while
+        the call runs."""
         if self.fair_share:
-            while self._outranked(owner) or (
+            while self._outranked(owner, even_by_waiting=False) or (
                 self.call_slots and self.calls_in_engine >= self.call_slots
             ):
                 await self.wait_for_release(timeout_s=1.0)
+        slot = CallSlot(owner)
+        self._slots.add(slot)
         self.calls_in_engine += 1
         try:
-            yield
+            yield slot
         finally:
+            self._slots.discard(slot)
             self.calls_in_engine -= 1
             if self.fair_share:
                 self._notify()

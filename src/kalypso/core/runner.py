@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -373,22 +374,50 @@ class PipelineRunner:
         cache = self.state.result_cache
         if cache is not None and (cached := cache.get(request)) is not None:
             return cached, True
-        async with self.state.ledger.call_slot(self.state.owner):
-            if request.timeout_s is None:
-                result = await self.state.engine.generate(request)
-            else:
-                try:
-                    async with asyncio.timeout(request.timeout_s + BACKSTOP_GRACE_S):
-                        result = await self.state.engine.generate(request)
-                except TimeoutError:
-                    raise EngineTimeoutError(
-                        f"request {request.request_id!r} did not finish in {request.timeout_s} s"
-                    ) from None
+        result = await self._send(request)
         if cache is not None:
             cache.put(request, result)
         if journal is not None:
             await journal.record(site, request, result)
         return result, False
+
+    async def _send(self, request: GenerateRequest) -> GenerateResult:
+        """Send ``request`` in one of the ledger's call slots; a call preempted there (a
+        more urgent owner wants the engine) is aborted and sent again, under a new id,
+        once the run may call. The result carries ``request``'s id."""
+        ledger = self.state.ledger
+        attempt = request
+        for resend in itertools.count(1):
+            async with ledger.call_slot(self.state.owner) as slot:
+                sending = asyncio.ensure_future(self._generate_in_time(attempt))
+                preempted = asyncio.ensure_future(slot.preempted.wait())
+                try:
+                    await asyncio.wait((sending, preempted), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    preempted.cancel()
+                    cut_off = not sending.done()
+                    if cut_off:
+                        sending.cancel()  # the engine aborts the request
+                        with contextlib.suppress(asyncio.CancelledError, EngineError):
+                            await sending
+            if not cut_off:
+                return replace(sending.result(), request_id=request.request_id)
+            logger.debug("%s: %r preempted, to be sent again", self.state.owner, attempt.request_id)
+            attempt = replace(request, request_id=f"{request.request_id}~{resend}")
+        raise AssertionError("unreachable")
+
+    async def _generate_in_time(self, request: GenerateRequest) -> GenerateResult:
+        """``engine.generate``, cut off a little after ``timeout_s`` if the engine does
+        not enforce it itself."""
+        if request.timeout_s is None:
+            return await self.state.engine.generate(request)
+        try:
+            async with asyncio.timeout(request.timeout_s + BACKSTOP_GRACE_S):
+                return await self.state.engine.generate(request)
+        except TimeoutError:
+            raise EngineTimeoutError(
+                f"request {request.request_id!r} did not finish in {request.timeout_s} s"
+            ) from None
 
     async def _call(self, task: Task, step: CallStep) -> Grow | None:
         state = self.state

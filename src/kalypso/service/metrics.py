@@ -44,6 +44,11 @@ class _Snapshot(Collector):
         yield GaugeMetricFamily(
             "kalypso_kv_capacity_blocks", "KV blocks of the engine", value=ledger.capacity_blocks
         )
+        yield CounterMetricFamily(
+            "kalypso_calls_preempted",
+            "Calls aborted in the engine for a more urgent job, and sent again",
+            value=ledger.preempted_calls,
+        )
         yield GaugeMetricFamily(
             "kalypso_running_jobs", "Jobs running in this process", value=self._manager.running_jobs
         )
