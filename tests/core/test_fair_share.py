@@ -114,3 +114,23 @@ async def test_an_urgent_owner_waiting_for_room_lets_outranked_tasks_call() -> N
     ledger.release("large", 90)
     ledger.task_stopped("large")
     assert ledger.fits_for("small", 20)
+
+
+def test_the_urgent_reserve_is_only_for_an_owner_that_outranks_every_holder() -> None:
+    ledger = KVLedger(100, fair_share=True, urgent_reserve_blocks=20)
+    ledger.register("large", priority=9)
+    assert not ledger.fits_for("large", 81)  # alone, it leaves the reserve free
+    ledger.reserve("large", 80)
+    ledger.task_started("large")
+    ledger.register("peer", priority=9)
+    assert not ledger.fits_for("peer", 10)  # a peer does not outrank it
+    ledger.unregister("peer")
+    ledger.register("small", priority=3)
+    assert ledger.fits_for("small", 20)  # a more urgent owner finds room at once
+    ledger.reserve("small", 20)
+    assert not ledger.fits_for("small", 1)  # but never beyond the capacity
+
+
+def test_the_urgent_reserve_must_leave_room() -> None:
+    with pytest.raises(ValueError, match="urgent_reserve_blocks"):
+        KVLedger(100, fair_share=True, urgent_reserve_blocks=100)

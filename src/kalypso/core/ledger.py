@@ -26,9 +26,13 @@ given at :meth:`KVLedger.register`; lower first):
 * at most ``call_slots`` calls of all owners are in the engine at once (the engine's most
   running requests), so that calls wait here, where priority decides, and not in the
   engine's own queue, where a call already sent competes for every step;
+* ``urgent_reserve_blocks`` of the capacity are kept for a more urgent owner's arrival: an
+  owner may reserve them only while it outranks every other owner holding blocks (a large
+  job alone admits tasks up to the rest, and a small job started beside it finds room at
+  once instead of waiting for the large job's tasks to finish);
 * among owners of one priority, while another is waiting for room, an owner admits no more
   than an equal share of the capacity among those holding or waiting for blocks. Without
-  contention an owner may use the whole capacity.
+  contention an owner may use the whole capacity (less the urgent reserve).
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class KVLedger:
             first come, first served and send calls as they come.
         call_slots: with fair sharing, the most calls of all owners in the engine at once
             (0: no limit).
+        urgent_reserve_blocks: with fair sharing, blocks only an owner that outranks every
+            other owner holding blocks may reserve.
         calls_in_engine: calls sent through :meth:`call_slot` and not finished.
         preempted_calls: calls preempted so far (:attr:`CallSlot.preempted` set).
         reserved_blocks: blocks reserved now, over all owners.
@@ -81,6 +87,7 @@ class KVLedger:
     fair_share: bool = False
     call_slots: int = 0
     """With fair sharing, the most calls in the engine at once (0: no limit)."""
+    urgent_reserve_blocks: int = 0
     calls_in_engine: int = 0
     preempted_calls: int = 0
     reserved_blocks: int = 0
@@ -97,6 +104,11 @@ class KVLedger:
     def __post_init__(self) -> None:
         if self.capacity_blocks < 1:
             raise ValueError(f"a ledger needs at least one block, got {self.capacity_blocks}")
+        if not 0 <= self.urgent_reserve_blocks < self.capacity_blocks:
+            raise ValueError(
+                f"urgent_reserve_blocks must be in [0, {self.capacity_blocks}),"
+                f" got {self.urgent_reserve_blocks}"
+            )
 
     # ---- owners ------------------------------------------------------------------
     def register(self, owner: str, priority: int = 0) -> None:
@@ -131,12 +143,13 @@ class KVLedger:
 
     def fits_for(self, owner: str, blocks: int) -> bool:
         """Whether ``owner`` may reserve ``blocks`` more now: they fit, and with fair
-        sharing, no owner of a lower priority number is registered and ``owner`` stays
+        sharing, no owner of a lower priority number is registered, the urgent reserve stays
+        free unless ``owner`` outranks every other owner holding blocks, and ``owner`` stays
         within its share while another owner of its priority waits for room. A refusal for
         want of room marks ``owner`` as waiting until it starts a task."""
         if self.fair_share and self._outranked(owner, even_by_waiting=True):
             return False
-        if not self.fits(blocks):
+        if not self.fits(blocks) or (self.fair_share and not self._fits_reserve(owner, blocks)):
             if self.fair_share and owner not in self._wanting:
                 self._wanting.add(owner)
                 self._notify()  # outranked owners' admitted tasks may call now
@@ -146,6 +159,14 @@ class KVLedger:
         contenders = {o for o, held in self._held.items() if held > 0}
         contenders |= self._wanting | {owner}
         return self.held_by(owner) + blocks <= self.capacity_blocks // len(contenders)
+
+    def _fits_reserve(self, owner: str, blocks: int) -> bool:
+        """Whether ``blocks`` more leave the urgent reserve free, or ``owner`` may take it."""
+        if self.reserved_blocks + blocks <= self.capacity_blocks - self.urgent_reserve_blocks:
+            return True
+        mine = self._priority.get(owner, 0)
+        holders = [o for o, held in self._held.items() if held > 0 and o != owner]
+        return bool(holders) and all(self._priority.get(o, 0) > mine for o in holders)
 
     def _outranked(self, owner: str, *, even_by_waiting: bool) -> bool:
         """Whether an owner of a lower priority number than ``owner`` is registered: any

@@ -46,6 +46,10 @@ logger = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_S = 0.5
 
+URGENT_RESERVE_PARTS = 8
+"""One eighth of the engine's KV blocks is kept for a smaller job's arrival (the ledger's
+``urgent_reserve_blocks``): a job alone admits tasks up to the rest."""
+
 
 class JobExpired(Exception):
     """A job's completion window passed before it finished."""
@@ -78,6 +82,7 @@ class JobManager:
             engine.capacity.num_blocks,
             fair_share=True,
             call_slots=engine.capacity.max_running_requests or 0,
+            urgent_reserve_blocks=engine.capacity.num_blocks // URGENT_RESERVE_PARTS,
         )
         self.shared = Shared(engine, self.ledger, ChatLayout(engine.tokenizer))
         self.totals = ServiceTotals()
