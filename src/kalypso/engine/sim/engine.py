@@ -52,6 +52,7 @@ from kalypso.engine.protocol import (
     check_fits_context,
 )
 from kalypso.engine.sim.block_pool import BlockPool, KVEventSink
+from kalypso.engine.sim.clock import SharedClock
 from kalypso.engine.sim.costs import CostProfile, get_profile
 from kalypso.engine.sim.kv_cache_manager import KVCacheManager
 from kalypso.engine.sim.outputs import SimCompletion, SimOutputModel
@@ -93,6 +94,9 @@ class SimEngine:
             engine whose steps, not the caller's Python, set the pace, as a GPU's do: for
             tests of several runs sharing an engine on wall-clock time (the job server).
             0 (the default): no waiting, steps cost only their Python work.
+        clock: a :class:`~kalypso.engine.sim.clock.SharedClock` shared with other
+            simulated engines (replicas): the engines then take their steps in one
+            virtual time (see :mod:`kalypso.engine.sim.clock`).
 
     Attributes:
         block_pool: the KV block pool, for inspection (hashes, free queue, pins).
@@ -123,6 +127,7 @@ class SimEngine:
         waiting_order: str = "priority",
         default_timeout_s: float = DEFAULT_TIMEOUT_S,
         wall_s_per_virtual_s: float = 0.0,
+        clock: SharedClock | None = None,
     ) -> None:
         if not default_timeout_s > 0:
             raise ValueError(f"default_timeout_s must be > 0, got {default_timeout_s}")
@@ -165,6 +170,12 @@ class SimEngine:
         """Callers' threads running now (:meth:`host_work`): no step while any runs."""
         self._loop_task: asyncio.Task[None] | None = None
         self._closed_reason: str | None = None
+        self._clock = clock
+        self._stalled = False
+        """With a shared clock: the last step scheduled nothing (pins hold the room); the
+        engine gives up its turn until a request comes, goes or is unpinned."""
+        if clock is not None:
+            clock.join(self)
 
     @property
     def name(self) -> str:
@@ -234,6 +245,8 @@ class SimEngine:
         if request.request_id in self._futures:
             raise EngineError(f"request id {request.request_id!r} is already in flight")
         completion = self._complete(request)
+        if self._clock is not None and not self._scheduler.has_work:
+            self._now_s = max(self._now_s, self._clock.now_s)  # idle until now
         future: asyncio.Future[GenerateResult] = asyncio.get_running_loop().create_future()
         self._futures[request.request_id] = future
         self._scheduler.add_request(
@@ -273,6 +286,9 @@ class SimEngine:
         if self._futures.get(request_id) is future:
             del self._futures[request_id]
             self._scheduler.abort(request_id)
+            self._stalled = False  # its blocks are free
+            if self._clock is not None:
+                self._clock.changed()
 
     def _complete(self, request: GenerateRequest) -> SimCompletion:
         """The simulated model's output. A request whose prompt is an earlier request's
@@ -317,6 +333,13 @@ class SimEngine:
             self._host_work -= 1
             if self._host_work == 0 and self._wake is not None:
                 self._wake.set()
+            if self._clock is not None:
+                self._clock.changed()
+
+    @property
+    def wants_step(self) -> bool:
+        """Whether the engine has work it could schedule now (what a shared clock asks)."""
+        return self._scheduler.has_work and not self._host_work and not self._stalled
 
     async def stats(self) -> EngineStats:
         """Scheduler and cache counters; ``prefill_time_s`` and ``decode_time_s`` are sums
@@ -359,6 +382,8 @@ class SimEngine:
             return
         self._closed_reason = "the simulated engine is closed"
         logger.info("%s closed at virtual %.3f s", self.name, self._now_s)
+        if self._clock is not None:
+            self._clock.leave(self)
         await self._stop_loop()
         self._fail_pending(self._closed_reason)
 
@@ -369,6 +394,9 @@ class SimEngine:
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
         assert self._wake is not None
         self._wake.set()
+        self._stalled = False
+        if self._clock is not None:
+            self._clock.changed()
 
     async def _stop_loop(self) -> None:
         task, self._loop_task = self._loop_task, None
@@ -382,14 +410,21 @@ class SimEngine:
         assert self._wake is not None
         try:
             while True:
-                if not self._scheduler.has_work or self._host_work:
+                if not self._scheduler.has_work or self._host_work or self._stalled:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
                 for _ in range(self._yields_per_step):
                     await asyncio.sleep(0)
+                if self._clock is not None:
+                    await self._clock.turn(self)
+                    if not self.wants_step:
+                        continue
                 before_s = self._now_s
                 self._step()
+                if self._clock is not None:
+                    self._stalled = self._now_s == before_s
+                    self._clock.stepped(self._now_s)
                 if self._wall_s_per_virtual_s:
                     await asyncio.sleep((self._now_s - before_s) * self._wall_s_per_virtual_s)
         except Exception as exc:  # a bug in the simulator: no caller may hang on it
