@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
 
@@ -94,6 +95,20 @@ class OperatorStats:
             self.found_prefix_tokens += min(result.cached_tokens, expected_cached_tokens)
             if result.cached_tokens < expected_cached_tokens:
                 self.lost_prefixes += 1
+
+
+def merged_stats(parts: Sequence[OperatorStats]) -> OperatorStats:
+    """One operator's statistics over several runs (the chunks of a replicated run): every
+    count summed. ``min_prefill_tokens`` is then the sum of each run's minimum, which
+    counts a prefix shared across runs once per run."""
+    if not parts or len({p.operator for p in parts}) != 1:
+        raise ValueError("merged_stats needs statistics of one operator")
+    totals = {
+        f.name: sum(getattr(p, f.name) for p in parts)
+        for f in fields(OperatorStats)
+        if f.name != "operator"
+    }
+    return OperatorStats(parts[0].operator, **totals)
 
 
 class RunTotals:

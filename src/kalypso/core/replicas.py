@@ -1,0 +1,297 @@
+"""One run over several engines (replicas): placement, work stealing, failure.
+
+A :class:`ReplicaSet` holds N engines, each with its own KV ledger (and its own capacity
+and cost model). A front end hands it its *units* (:class:`~kalypso.core.placement.Unit`:
+a row's pipeline, a workflow query) and a function that runs a *chunk* of them on one
+replica as an ordinary run; :meth:`ReplicaSet.map_units` returns every unit's chunk
+result, and the front end merges them in unit order, so the output equals a one-engine
+run.
+
+* **Placement by prefix affinity** (:func:`~kalypso.core.placement.place`): units sharing
+  a prefix key go to one replica, preferring one where the key is warm; loads balanced by
+  weight.
+* **Chunks, guided.** Each replica runs up to ``chunks_in_flight`` chunks at once (so one
+  chunk's tail overlaps the next one's start and the batch stays wide). A chunk takes
+  ``ceil(remaining / (chunks_in_flight * CHUNK_DIVISOR))`` of the replica's queue (at
+  least ``min_chunk_units``): large chunks first, small ones at the end, where balance
+  matters.
+* **Work stealing.** A replica whose queue is empty takes the later half of the queue
+  with the most work left (whole affinity groups); nothing is ever in two queues, and a
+  unit is taken from a queue exactly once.
+* **Failure of one replica.** A chunk that fails with an engine error (not a user error,
+  see :func:`replica_failed`) retires its replica: the chunk's units and the rest of its
+  queue are placed on the live replicas again. The run fails only when no replica is
+  left, or on a user error (a Python step that raised), which any replica would repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from kalypso.core.ledger import KVLedger
+from kalypso.core.placement import Unit, place, queue_order
+from kalypso.engine.protocol import Engine, EngineError, PromptTooLongError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CHUNK_DIVISOR = 2
+"""A chunk takes 1 / (chunks in flight x this) of its replica's remaining queue."""
+
+
+class ReplicaSetError(RuntimeError):
+    """Every replica failed; ``__cause__`` is the last replica's error."""
+
+
+def replica_failed(error: BaseException) -> bool:
+    """Whether ``error`` (or an exception it was raised from) is an engine's failure, which
+    another replica may not repeat, rather than the run's own (a prompt too long, a Python
+    step that raised: every replica would fail the same way)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, EngineError) and not isinstance(current, PromptTooLongError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+@dataclass(eq=False)
+class Replica:
+    """One engine of a replica set, with its ledger and what the run did on it.
+
+    Attributes:
+        number: its position in the set.
+        engine: the engine.
+        ledger: the KV ledger of its runs (chunks in flight share it).
+        alive: False once a chunk failed on it with an engine error.
+        warm: affinity keys of units it ran (their prefixes may still be cached).
+        units_done: units of chunks that completed on it.
+        weight_done: their weight.
+        stolen_units: units it took from other replicas' queues.
+    """
+
+    number: int
+    engine: Engine
+    ledger: KVLedger
+    alive: bool = True
+    warm: set[Hashable] = field(default_factory=set)
+    queue: deque[Unit] = field(default_factory=deque)
+    units_done: int = 0
+    weight_done: float = 0.0
+    stolen_units: int = 0
+
+    @property
+    def queued_weight(self) -> float:
+        return sum(unit.weight for unit in self.queue)
+
+
+@dataclass(frozen=True)
+class ChunkResult(Generic[T]):
+    """The result of one chunk: its units (in index order) and what the runner returned."""
+
+    replica: int
+    units: tuple[Unit, ...]
+    value: T
+
+
+class ReplicaSet:
+    """Several engines that one run shares (see the module docstring).
+
+    Args:
+        engines: the replicas' engines, at least one. The set does not close them.
+        chunks_in_flight: chunks each replica runs at once.
+        min_chunk_units: the fewest units in a chunk (the last of a queue may be fewer).
+    """
+
+    def __init__(
+        self, engines: Sequence[Engine], *, chunks_in_flight: int = 2, min_chunk_units: int = 1
+    ) -> None:
+        if not engines:
+            raise ValueError("a replica set needs at least one engine")
+        if chunks_in_flight < 1 or min_chunk_units < 1:
+            raise ValueError("chunks_in_flight and min_chunk_units must be at least 1")
+        self.replicas = [
+            Replica(number, engine, KVLedger(engine.capacity.num_blocks))
+            for number, engine in enumerate(engines)
+        ]
+        self.chunks_in_flight = chunks_in_flight
+        self.min_chunk_units = min_chunk_units
+        self._running_chunks = 0
+        self._changed = asyncio.Event()
+
+    @property
+    def engines(self) -> list[Engine]:
+        return [replica.engine for replica in self.replicas]
+
+    @property
+    def live(self) -> list[Replica]:
+        return [replica for replica in self.replicas if replica.alive]
+
+    def explain(self) -> str:
+        """The replicas and, after a run, what each did."""
+        lines = [
+            f"replica set: {len(self.replicas)} engines,"
+            f" {self.chunks_in_flight} chunks in flight each"
+        ]
+        for replica in self.replicas:
+            state = "live" if replica.alive else "failed"
+            lines.append(
+                f"  replica {replica.number} ({replica.engine.name}, {state}):"
+                f" {replica.units_done} units done, {replica.stolen_units} stolen,"
+                f" {len(replica.warm)} affinity keys warm"
+            )
+        return "\n".join(lines)
+
+    async def map_units(
+        self,
+        units: Sequence[Unit],
+        run_chunk: Callable[[Replica, Sequence[Unit]], Awaitable[T]],
+    ) -> list[ChunkResult[T]]:
+        """Run every unit exactly once, in chunks, on the replicas; the chunks' results.
+
+        ``run_chunk(replica, units)`` runs ``units`` (in index order) on
+        ``replica.engine`` with ``replica.ledger``. A chunk that raises an error for which
+        :func:`replica_failed` holds is run again elsewhere (its result is discarded);
+        any other error cancels the other chunks and is raised.
+
+        Raises:
+            ReplicaSetError: every replica failed.
+        """
+        if len({unit.index for unit in units}) != len(units):
+            raise ValueError("units must have distinct indexes")
+        live = self.live
+        if not live:
+            raise ReplicaSetError("no replica of the set is alive")
+        for replica in self.replicas:
+            replica.queue.clear()
+        for replica, queue in zip(
+            live, place(units, len(live), warm=[r.warm for r in live]), strict=True
+        ):
+            replica.queue.extend(queue)
+        results: list[ChunkResult[T]] = []
+        failures: list[BaseException] = []
+        try:
+            async with asyncio.TaskGroup() as group:
+                for replica in live:
+                    for _ in range(self.chunks_in_flight):
+                        group.create_task(self._work(replica, run_chunk, results, failures))
+        except BaseExceptionGroup as errors:  # a user error: the other chunks were cancelled
+            raise errors.exceptions[0]  # noqa: B904 - the chunk's own error, as one engine raises it
+        leftover = sum(len(replica.queue) for replica in self.replicas)
+        if leftover or sum(len(r.units) for r in results) != len(units):
+            raise ReplicaSetError(
+                f"every replica failed ({len(failures)} chunk failures); {leftover} units left"
+            ) from (failures[-1] if failures else None)
+        return sorted(results, key=lambda r: r.units[0].index)
+
+    async def _work(
+        self,
+        replica: Replica,
+        run_chunk: Callable[[Replica, Sequence[Unit]], Awaitable[T]],
+        results: list[ChunkResult[T]],
+        failures: list[BaseException],
+    ) -> None:
+        """One worker of ``replica``: take chunks until no queue has any and no chunk runs
+        anywhere (a failing replica's units come back), or ``replica`` fails."""
+        while replica.alive:
+            chunk = self._take(replica)
+            if not chunk:
+                if not self._running_chunks:
+                    self._changed.set()  # wake the other idle workers: nothing is left
+                    return
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            self._running_chunks += 1
+            try:
+                value = await run_chunk(replica, chunk)
+            except Exception as error:
+                if not replica_failed(error):
+                    raise
+                failures.append(error)
+                self._retire(replica, chunk, error)
+                return
+            else:
+                replica.units_done += len(chunk)
+                replica.weight_done += sum(unit.weight for unit in chunk)
+                replica.warm.update(u.affinity for u in chunk if u.affinity is not None)
+                results.append(ChunkResult(replica.number, tuple(chunk), value))
+            finally:
+                self._running_chunks -= 1
+                self._changed.set()
+
+    def _take(self, replica: Replica) -> list[Unit]:
+        """The next chunk of ``replica``: from its queue, else stolen (see the module
+        docstring); empty when there is no work left anywhere."""
+        if not replica.queue:
+            self._steal(replica)
+        if not replica.queue:
+            return []
+        size = max(
+            self.min_chunk_units,
+            math.ceil(len(replica.queue) / (self.chunks_in_flight * CHUNK_DIVISOR)),
+        )
+        chunk = [replica.queue.popleft() for _ in range(min(size, len(replica.queue)))]
+        # a chunk never splits an affinity group
+        while (
+            replica.queue
+            and chunk[-1].affinity is not None
+            and (replica.queue[0].affinity == chunk[-1].affinity)
+        ):
+            chunk.append(replica.queue.popleft())
+        return sorted(chunk, key=lambda u: u.index)
+
+    def _steal(self, thief: Replica) -> None:
+        """Move the later half of the busiest live queue (by weight) to ``thief``."""
+        victims = [r for r in self.live if r is not thief and r.queue]
+        if not victims:
+            return
+        victim = max(victims, key=lambda r: (r.queued_weight, -r.number))
+        keep = len(victim.queue) - len(victim.queue) // 2
+        # do not split an affinity group between the two
+        while (
+            0 < keep < len(victim.queue)
+            and victim.queue[keep].affinity is not None
+            and (victim.queue[keep].affinity == victim.queue[keep - 1].affinity)
+        ):
+            keep += 1
+        stolen = [victim.queue.pop() for _ in range(len(victim.queue) - keep)]
+        if not stolen:  # one group left: take it whole
+            stolen = list(victim.queue)
+            victim.queue.clear()
+        stolen.reverse()
+        thief.queue.extend(stolen)
+        thief.stolen_units += len(stolen)
+        logger.debug(
+            "replica %d stole %d units from replica %d", thief.number, len(stolen), victim.number
+        )
+
+    def _retire(self, replica: Replica, chunk: Sequence[Unit], error: BaseException) -> None:
+        """Mark ``replica`` failed and place its chunk and queue on the live replicas."""
+        replica.alive = False
+        orphans = sorted([*chunk, *replica.queue], key=lambda u: u.index)
+        replica.queue.clear()
+        live = self.live
+        logger.warning(
+            "replica %d (%s) failed: %s; %d units move to %d live replicas",
+            replica.number,
+            replica.engine.name,
+            error,
+            len(orphans),
+            len(live),
+        )
+        if not live:
+            replica.queue.extend(orphans)  # left over: the run fails
+            return
+        placed = place(orphans, len(live), warm=[r.warm for r in live])
+        for target, units in zip(live, placed, strict=True):
+            target.queue = deque(queue_order([*target.queue, *units]))
