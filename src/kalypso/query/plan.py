@@ -38,6 +38,7 @@ from kalypso.core.ledger import KVLedger
 from kalypso.core.options import RELATIONAL_POLICY, RunOptions, run_options
 from kalypso.core.progress import ProgressView
 from kalypso.core.prompt import ChatLayout
+from kalypso.core.replicas import ReplicaSet
 from kalypso.core.report import PipelineReport
 from kalypso.core.result_cache import PromptResultCache
 from kalypso.core.runner import RunState
@@ -354,7 +355,7 @@ class Table:
 
     async def arun(
         self,
-        engine: Engine,
+        engine: Engine | ReplicaSet,
         options: RunOptions | None = None,
         *,
         ledger: KVLedger | None = None,
@@ -381,6 +382,15 @@ class Table:
         for name in ("alpha", "beta", "near_tie_margin", "deadlock_check_s"):
             if not math.isfinite(getattr(options, name)):
                 raise PlanError(f"{name} must be a finite number, got {getattr(options, name)!r}")
+        if isinstance(engine, ReplicaSet):
+            if ledger is not None or layout is not None or result_cache is not None:
+                raise PlanError(
+                    "a run on a replica set takes no ledger, layout or result_cache: each"
+                    " replica has its own"
+                )
+            from kalypso.query.replicated import arun_replicated
+
+            return await arun_replicated(self, engine, options, hooks)
         if engine is None or isinstance(engine, type) or not isinstance(engine, Engine):
             raise PlanError(
                 f"arun needs an engine (kalypso.engine.protocol.Engine), got {engine!r}"
@@ -393,6 +403,29 @@ class Table:
             raise PlanError(
                 f"layout must be a ChatLayout of the engine's own tokenizer, got {layout!r}"
             )
+        done, state, physical, started = await self._execute(
+            engine, options, ledger, layout, result_cache, hooks
+        )
+        result = self._result(done, state, physical, started)
+        logger.info("query %s done: %s", state.owner, result.report())
+        return result
+
+    async def _execute(
+        self,
+        engine: Engine,
+        options: RunOptions,
+        ledger: KVLedger | None,
+        layout: ChatLayout | None,
+        result_cache: PromptResultCache | None,
+        hooks: RunHooks | None,
+        rows: Sequence[int] | None = None,
+    ) -> tuple[Execution, RunState, PhysicalPlan, float]:
+        """Run the plan over the input rows numbered ``rows`` (default: all), each keeping
+        its number as its instance key; what the run produced and its state.
+
+        Raises:
+            PlanError, QueryError: as :meth:`run` (``error.partial`` a QueryResult).
+        """
         options = options.with_default_policy(RELATIONAL_POLICY)
         policy = options.resolved_policy()
         physical = self.physical_plan()
@@ -413,6 +446,8 @@ class Table:
         for planned in physical.operators():
             state.stats_for(planned.op_id)
         instances = input_instances(self._source.to_dict("records"))
+        if rows is not None:
+            instances = [instances[row] for row in rows]
         started = time.monotonic()
         logger.info(
             "query %s: %d rows, %d operators, policy %s, on %s",
@@ -440,32 +475,19 @@ class Table:
             raise
         finally:
             state.ledger.unregister(owner)
-        result = self._result(done, state, physical, started)
-        logger.info("query %s done: %s", owner, result.report())
-        return result
+        return done, state, physical, started
 
     def _result(
         self, done: Execution, state: RunState, physical: PhysicalPlan, started: float
     ) -> QueryResult:
-        frame = pd.DataFrame(
-            [[i.values.get(c) for c in physical.output_schema] for i in done.instances],
-            columns=list(physical.output_schema),
-        )
-        operator_stats = tuple(state.stats.values())
-        decisions = tuple(
-            Decision(op, key, choice, margin)
-            for op, key, choice, margin in sorted(state.decisions, key=lambda d: (d[0], d[1]))
-        )
-        return QueryResult(
-            frame=frame,
-            stats=stats_frame(list(operator_stats)),
-            policy=state.options.resolved_policy().name,
-            engine=state.engine.name,
-            time_s=time.monotonic() - started,
-            operator_stats=operator_stats,
-            pipeline_reports=tuple(done.reports),
-            decisions=decisions,
-            near_tie_margin=state.options.near_tie_margin,
+        return query_result(
+            done,
+            physical,
+            tuple(state.stats.values()),
+            state.decisions,
+            state.options,
+            state.engine.name,
+            started,
         )
 
     def run(self, engine: Engine, options: RunOptions | None = None, **kwargs: Any) -> QueryResult:
@@ -493,6 +515,36 @@ class Table:
         raise PlanError(
             "Table.run() was called inside a running event loop; use `await plan.arun(engine)`"
         )
+
+
+def query_result(
+    done: Execution,
+    physical: PhysicalPlan,
+    operator_stats: tuple[OperatorStats, ...],
+    decisions: Sequence[tuple[str, tuple[int, ...], str, float]],
+    options: RunOptions,
+    engine_name: str,
+    started: float,
+) -> QueryResult:
+    """The result of a run that produced ``done`` (its instances in key order)."""
+    frame = pd.DataFrame(
+        [[i.values.get(c) for c in physical.output_schema] for i in done.instances],
+        columns=list(physical.output_schema),
+    )
+    return QueryResult(
+        frame=frame,
+        stats=stats_frame(list(operator_stats)),
+        policy=options.resolved_policy().name,
+        engine=engine_name,
+        time_s=time.monotonic() - started,
+        operator_stats=operator_stats,
+        pipeline_reports=tuple(done.reports),
+        decisions=tuple(
+            Decision(op, key, choice, margin)
+            for op, key, choice, margin in sorted(decisions, key=lambda d: (d[0], d[1]))
+        ),
+        near_tie_margin=options.near_tie_margin,
+    )
 
 
 def table(data: pd.DataFrame | Sequence[dict[str, Any]], name: str = "table") -> Table:
