@@ -74,3 +74,11 @@ def test_a_small_job_beside_a_large_one_finishes_first(database: Database) -> No
             assert big.wait(large["id"], timeout_s=120)["status"] == "completed"
     finally:
         live.stop()
+
+
+def test_room_is_kept_for_a_smaller_job_only_on_a_large_cache() -> None:
+    from kalypso.engine.protocol import EngineCapacity
+    from kalypso.service.manager import urgent_reserve_blocks
+
+    assert urgent_reserve_blocks(EngineCapacity(22_000, 16, 32_768)) == 2_750
+    assert urgent_reserve_blocks(EngineCapacity(48, 128, 5_888)) == 0  # vLLM on a CPU

@@ -31,7 +31,7 @@ from kalypso.core.errors import PlanError
 from kalypso.core.hooks import RunHooks
 from kalypso.core.ledger import KVLedger
 from kalypso.core.prompt import ChatLayout
-from kalypso.engine.protocol import Engine, EngineError
+from kalypso.engine.protocol import Engine, EngineCapacity, EngineError
 from kalypso.jobspec import JobSpec
 from kalypso.service import states
 from kalypso.service.batch_store import BatchSpec, file_content, store_batch_files
@@ -47,8 +47,20 @@ logger = logging.getLogger(__name__)
 PROGRESS_INTERVAL_S = 0.5
 
 URGENT_RESERVE_PARTS = 8
-"""One eighth of the engine's KV blocks is kept for a smaller job's arrival (the ledger's
-``urgent_reserve_blocks``): a job alone admits tasks up to the rest."""
+"""An eighth of the engine's KV blocks is kept for a smaller job's arrival (the ledger's
+``urgent_reserve_blocks``)..."""
+
+URGENT_RESERVE_MIN_TOKENS = 8192
+"""...when that eighth holds at least this many tokens (several prompts); on a smaller
+cache (vLLM on a CPU) none is kept: the room would not hold a new job's first tasks, and
+a job alone would lose it."""
+
+
+def urgent_reserve_blocks(capacity: EngineCapacity) -> int:
+    """The ledger's ``urgent_reserve_blocks`` for an engine of ``capacity`` (see
+    :data:`URGENT_RESERVE_PARTS`)."""
+    reserve = capacity.num_blocks // URGENT_RESERVE_PARTS
+    return reserve if reserve * capacity.block_size_tokens >= URGENT_RESERVE_MIN_TOKENS else 0
 
 
 class JobExpired(Exception):
@@ -82,7 +94,7 @@ class JobManager:
             engine.capacity.num_blocks,
             fair_share=True,
             call_slots=engine.capacity.max_running_requests or 0,
-            urgent_reserve_blocks=engine.capacity.num_blocks // URGENT_RESERVE_PARTS,
+            urgent_reserve_blocks=urgent_reserve_blocks(engine.capacity),
         )
         self.shared = Shared(engine, self.ledger, ChatLayout(engine.tokenizer))
         self.totals = ServiceTotals()
