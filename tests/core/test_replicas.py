@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +23,7 @@ class FakeEngine:
     """What a replica set reads of an engine: a name and a capacity."""
 
     name: str
-    capacity: EngineCapacity = EngineCapacity(100, 16, 1024)
+    capacity: EngineCapacity = field(default_factory=lambda: EngineCapacity(100, 16, 1024))
 
 
 def engines(count: int) -> list[FakeEngine]:

@@ -490,7 +490,9 @@ class Table:
             started,
         )
 
-    def run(self, engine: Engine, options: RunOptions | None = None, **kwargs: Any) -> QueryResult:
+    def run(
+        self, engine: Engine | ReplicaSet, options: RunOptions | None = None, **kwargs: Any
+    ) -> QueryResult:
         """Run the plan on ``engine`` and return the output table with statistics.
 
         Options (a :class:`~kalypso.core.options.RunOptions`, or its fields as keywords):

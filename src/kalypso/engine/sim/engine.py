@@ -101,6 +101,7 @@ class SimEngine:
     Attributes:
         block_pool: the KV block pool, for inspection (hashes, free queue, pins).
         num_steps: steps that computed something.
+        busy_s: virtual seconds of those steps (``now_s`` less the time idle).
 
     A request with a ``pin_key`` keeps its full (cached) blocks referenced after it
     finishes (the first ``pin_blocks`` of them, when set), until ``unpin(pin_key)``, or
@@ -165,6 +166,7 @@ class SimEngine:
         self._arrivals = itertools.count()
         self._now_s = 0.0
         self.num_steps = 0
+        self.busy_s = 0.0
         self._wake: asyncio.Event | None = None
         self._host_work = 0
         """Callers' threads running now (:meth:`host_work`): no step while any runs."""
@@ -438,7 +440,9 @@ class SimEngine:
             self._set_exception(request.request_id, EngineError(reason))
         if not plan.num_scheduled_tokens:
             return
-        self._now_s += self._cost_model.step_time_s(plan.prefill_tokens, plan.decode_seqs)
+        step_s = self._cost_model.step_time_s(plan.prefill_tokens, plan.decode_seqs)
+        self._now_s += step_s
+        self.busy_s += step_s
         self.num_steps += 1
         for request in self._scheduler.finish_step(plan, self._now_s):
             result = self._result(request)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 _PIECE_RE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
 _FIRST_PIECE_ID = 16
@@ -71,6 +71,17 @@ class WordTokenizer:
         role is kept as given (the system role included)."""
         text = "".join(f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in messages)
         return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+    def pieces_for(self, token_ids: Iterable[int]) -> dict[int, str]:
+        """The pieces of those of ``token_ids`` this instance has encoded: what another
+        instance (in another process) needs to :meth:`learn` to decode them."""
+        return {i: self._pieces_by_id[i] for i in token_ids if i in self._pieces_by_id}
+
+    def learn(self, pieces: Mapping[int, str]) -> None:
+        """Decode these ids as these pieces from now on (another instance's
+        :meth:`pieces_for`); an id already known keeps its piece."""
+        for token_id, piece in pieces.items():
+            self._pieces_by_id.setdefault(token_id, piece)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return "".join(

@@ -1,0 +1,150 @@
+"""Replicas on the simulator at paper scale: scaling and placement against per-request
+routers.
+
+Every cell runs one workload on N simulated engines that share one virtual clock
+(:class:`~kalypso.engine.sim.clock.SharedClock`), so the times are those of N GPUs side
+by side, exact and independent of this host:
+
+* ``kalypso``: a :class:`~kalypso.core.replicas.ReplicaSet` (each row's pipeline on one
+  replica, guided chunks, work stealing); with one replica, the plain one-engine run;
+* ``round-robin`` and ``prefix-affinity``: the same plan on a
+  :class:`~kalypso.core.routing.RoutedEngine`, each request routed as it comes.
+
+A record per cell: virtual seconds, prefill tokens (and the one-engine run's minimum),
+load imbalance (the busiest engine's step time over the mean), whether the table equals
+the one-engine run's. ``python -m bench.report --write`` renders them in BENCHMARKS.md.
+
+    python -m bench.replicas --out bench/results/replicas-sim.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.stamp import run_stamp
+from bench.workloads import WORKLOADS
+from kalypso.core.replicas import ReplicaSet
+from kalypso.core.routing import RoutedEngine
+from kalypso.engine.sim.clock import SharedClock
+from kalypso.engine.sim.costs import get_profile
+from kalypso.engine.sim.engine import SimEngine
+from kalypso.query.plan import QueryResult, Table
+
+ROUTERS = ("kalypso", "round-robin", "prefix-affinity")
+
+
+def engines(profile: str, count: int, kv_fraction: float) -> tuple[list[SimEngine], SharedClock]:
+    blocks = max(1, int(get_profile(profile).capacity.num_blocks * kv_fraction))
+    clock = SharedClock()
+    return [SimEngine(profile, num_blocks=blocks, clock=clock) for _ in range(count)], clock
+
+
+async def run_cell(
+    plan: Table, profile: str, count: int, router: str, kv_fraction: float
+) -> tuple[QueryResult, float, list[SimEngine]]:
+    """One cell: the result, the virtual seconds, the engines."""
+    sims, clock = engines(profile, count, kv_fraction)
+    target: Any
+    if router == "kalypso":
+        target = sims[0] if count == 1 else ReplicaSet(sims)
+    else:
+        target = RoutedEngine(sims, router)
+    result = await plan.arun(target)
+    for sim in sims:
+        await sim.close()
+    return result, clock.now_s, sims
+
+
+async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
+    stamp = run_stamp()
+    records: list[dict[str, Any]] = []
+    for name in args.workloads:
+        workload = WORKLOADS[name](args.scale)
+        workload.plan.prepare()
+        for profile in args.profiles:
+            for kv_fraction in args.kv_fractions:
+                one, one_s, _ = await run_cell(workload.plan, profile, 1, "kalypso", kv_fraction)
+                for count in args.replicas:
+                    for router in args.routers:
+                        if count == 1 and router != "kalypso":
+                            continue
+                        if router != "kalypso" and count not in args.router_replicas:
+                            continue
+                        started = time.monotonic()
+                        if count == 1:
+                            result, seconds, sims = one, one_s, []
+                        else:
+                            result, seconds, sims = await run_cell(
+                                workload.plan, profile, count, router, kv_fraction
+                            )
+                        busy = [sim.busy_s for sim in sims] or [seconds]
+                        record = {
+                            "kind": "replicas",
+                            "workload": f"{name} ({args.scale})",
+                            "profile": profile,
+                            "kv_fraction": kv_fraction,
+                            "replicas": count,
+                            "router": router,
+                            "time_s": round(seconds, 3),
+                            "speedup": round(one_s / seconds, 3),
+                            "efficiency": round(one_s / seconds / count, 3),
+                            "prefill_tokens": result.prefill_tokens,
+                            "min_prefill_tokens": one.min_prefill_tokens,
+                            "llm_calls": result.llm_calls,
+                            "imbalance": round(max(busy) / statistics.mean(busy), 3),
+                            "same_result": result.frame.equals(one.frame),
+                            "wall_s": round(time.monotonic() - started, 1),
+                            "date": stamp.date,
+                            "commit": stamp.commit,
+                            "host": stamp.host,
+                        }
+                        records.append(record)
+                        print(
+                            f"{name} {profile} kv x{kv_fraction} {count} {router}:"
+                            f" {seconds:.1f} s (x{record['speedup']}, efficiency"
+                            f" {record['efficiency']}), prefill {result.prefill_tokens:,}"
+                            f" (min {one.min_prefill_tokens:,}), imbalance"
+                            f" {record['imbalance']}, same: {record['same_result']}",
+                            flush=True,
+                        )
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    split = lambda s: s.split(",")  # noqa: E731
+    parser.add_argument("--workloads", type=split, default=["contractnli", "medec"])
+    parser.add_argument("--scale", default="paper")
+    parser.add_argument("--profiles", type=split, default=["qwen3-8b-h100", "llama-3.3-70b-4xgpu"])
+    parser.add_argument(
+        "--replicas", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4, 8]
+    )
+    parser.add_argument("--routers", type=split, default=list(ROUTERS))
+    parser.add_argument(
+        "--router-replicas",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[4],
+        help="replica counts at which the per-request routers run too",
+    )
+    parser.add_argument(
+        "--kv-fractions", type=lambda s: [float(x) for x in s.split(",")], default=[1.0]
+    )
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    unknown = set(args.routers) - set(ROUTERS)
+    if unknown:
+        raise SystemExit(f"--routers: unknown {sorted(unknown)} (known: {', '.join(ROUTERS)})")
+    records = asyncio.run(bench(args))
+    previous = json.loads(args.out.read_text()) if args.out.exists() else []
+    args.out.write_text(json.dumps([*previous, *records], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
