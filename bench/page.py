@@ -71,7 +71,7 @@ REGIMES = Source("regimes-sim.json", "make bench-paper")
 BATCH = Source("batch-quick-epyc-avx512.json", "make bench-batch")
 BATCH_SIM = Source("batch-sim.json", "make bench-batch")
 LOTUS_DROPIN = Source("lotus-dropin-quick-epyc-avx512.json", "make bench-lotus")
-SERVICE = Source("service-quick-epyc-avx512.json", "make bench-service")
+SERVICE = Source("service-quick-processor-avx512.json", "make bench-service")
 SERVICE_SIM = Source("service-sim.json", "make bench-service")
 
 
