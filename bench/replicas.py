@@ -34,6 +34,7 @@ from kalypso.core.routing import RoutedEngine
 from kalypso.engine.sim.clock import SharedClock
 from kalypso.engine.sim.costs import get_profile
 from kalypso.engine.sim.engine import SimEngine
+from kalypso.engine.sim.tokenizer import WordTokenizer
 from kalypso.query.plan import QueryResult, Table
 
 ROUTERS = ("kalypso", "round-robin", "prefix-affinity")
@@ -42,7 +43,14 @@ ROUTERS = ("kalypso", "round-robin", "prefix-affinity")
 def engines(profile: str, count: int, kv_fraction: float) -> tuple[list[SimEngine], SharedClock]:
     blocks = max(1, int(get_profile(profile).capacity.num_blocks * kv_fraction))
     clock = SharedClock()
-    return [SimEngine(profile, num_blocks=blocks, clock=clock) for _ in range(count)], clock
+    # one tokenizer: a router sends a prompt encoded by one engine's to any other, and the
+    # simulator decodes only pieces its tokenizer has seen (real tokenizers are fixed)
+    tokenizer = WordTokenizer()
+    sims = [
+        SimEngine(profile, num_blocks=blocks, clock=clock, tokenizer=tokenizer)
+        for _ in range(count)
+    ]
+    return sims, clock
 
 
 async def run_cell(
@@ -133,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         help="replica counts at which the per-request routers run too",
     )
     parser.add_argument(
-        "--kv-fractions", type=lambda s: [float(x) for x in s.split(",")], default=[1.0]
+        "--kv-fractions",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[1.0, 0.5, 0.25],
+        help="each engine's KV capacity, as fractions of the profile's",
     )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -43,7 +43,7 @@ def test_every_unit_runs_exactly_once_under_random_speeds_and_failures(
 ) -> None:
     failing = {f for f in failing if f < len(speeds)}
     work = [Unit(i, affinity=(i % keys) if keys else None, weight=1 + i % 3) for i in range(units)]
-    replicas = ReplicaSet(engines(len(speeds)), chunks_in_flight=2)
+    replicas = ReplicaSet(engines(len(speeds)), chunks_in_flight=2, chunk_divisor=2)
     ran: Counter[int] = Counter()
     chunks_by: Counter[int] = Counter()
 
@@ -131,3 +131,15 @@ def test_bad_arguments_are_refused() -> None:
             return None
 
         asyncio.run(ReplicaSet(engines(1)).map_units([Unit(1), Unit(1)], nothing))
+
+
+def test_an_idle_replica_steals_from_a_slow_one() -> None:
+    replicas = ReplicaSet(engines(2), chunks_in_flight=1, chunk_divisor=4)
+
+    async def run_chunk(replica: Replica, chunk: Sequence[Unit]) -> None:
+        await asyncio.sleep((0.01 if replica.number == 1 else 0.0001) * len(chunk))
+
+    asyncio.run(replicas.map_units([Unit(i) for i in range(64)], run_chunk))
+    fast, slow = replicas.replicas
+    assert fast.stolen_units > 0 and fast.units_done > slow.units_done
+    assert fast.units_done + slow.units_done == 64

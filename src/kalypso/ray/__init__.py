@@ -53,7 +53,7 @@ async def astart_replicas(
     count: int,
     *,
     actor_options: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
-    chunks_in_flight: int = 2,
+    **replica_set_options: Any,
 ) -> ReplicaSet:
     """Start ``count`` actors, each hosting an engine opened from ``spec``, on the Ray
     cluster (``ray.init()`` locally when this process is not connected to one); a replica
@@ -62,6 +62,8 @@ async def astart_replicas(
     Args:
         actor_options: Ray actor options for every actor, or one dict per actor (a
             placement group bundle each, for example).
+        replica_set_options: for :class:`~kalypso.core.replicas.ReplicaSet`
+            (``chunks_in_flight``, ``chunk_divisor``, ``min_chunk_units``).
     """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
@@ -83,7 +85,7 @@ async def astart_replicas(
     if failed:
         await asyncio.gather(*(engine.close() for engine in engines))
         raise failed[0]
-    return ReplicaSet(engines, chunks_in_flight=chunks_in_flight)
+    return ReplicaSet(engines, **replica_set_options)
 
 
 def start_replicas(
@@ -91,11 +93,11 @@ def start_replicas(
     count: int,
     *,
     actor_options: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
-    chunks_in_flight: int = 2,
+    **replica_set_options: Any,
 ) -> ReplicaSet:
     """:func:`astart_replicas`, for code outside an event loop."""
     return asyncio.run(
-        astart_replicas(spec, count, actor_options=actor_options, chunks_in_flight=chunks_in_flight)
+        astart_replicas(spec, count, actor_options=actor_options, **replica_set_options)
     )
 
 
