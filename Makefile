@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kalypso-installed
 
-.PHONY: setup system-deps test-postgres bench-service demo test lint docs clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows bench-batch bench-lotus
+.PHONY: setup system-deps test-postgres bench-service bench-replicas demo test lint docs clean-venv lotus-venv pz-venv bench bench-more bench-paper langgraph-venv bench-workflows bench-batch bench-lotus
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -120,6 +120,11 @@ bench-lotus: setup lotus-venv
 
 # The job server against the same plans in-process: on vLLM (CPU, float32), then on the
 # simulator's GPU profile paced in real time.
+# Replicas on the simulator at paper scale: 1 to 8 replicas against per-request routers.
+bench-replicas: setup
+	rm -f $(RESULTS)/replicas-sim.json
+	$(BIN)/python -m bench.replicas --out $(RESULTS)/replicas-sim.json
+
 bench-service: setup
 	rm -f $(RESULTS)/service-quick-$(HOST_SLUG).json $(RESULTS)/service-sim.json
 	$(BIN)/python -m bench.service_bench --engine vllm --no-fairness --out $(RESULTS)/service-quick-$(HOST_SLUG).json

@@ -73,6 +73,45 @@ BATCH_SIM = Source("batch-sim.json", "make bench-batch")
 LOTUS_DROPIN = Source("lotus-dropin-quick-epyc-avx512.json", "make bench-lotus")
 SERVICE = Source("service-quick-processor-avx512.json", "make bench-service")
 SERVICE_SIM = Source("service-sim.json", "make bench-service")
+REPLICAS = Source("replicas-sim.json", "make bench-replicas")
+
+
+def replicas(results: Path) -> str:
+    """Replicas on the simulator: per workload, profile and KV size, the replica set's
+    time and scaling efficiency at each replica count, then the per-request routers at
+    the counts they ran: time, prefill over the one-engine minimum, load imbalance."""
+    records = REPLICAS.records(results)
+    rows = []
+    for r in records:
+        rows.append(
+            [
+                r["workload"],
+                r["profile"],
+                f"{r['kv_fraction']:g}",
+                f"{r['replicas']}",
+                r["router"],
+                f"{r['time_s']:.1f}",
+                f"{r['speedup']:.2f}x",
+                f"{r['efficiency']:.2f}",
+                f"{r['prefill_tokens'] / r['min_prefill_tokens']:.2f}",
+                f"{r['imbalance']:.2f}",
+                "yes" if r["same_result"] else "NO",
+            ]
+        )
+    header = [
+        "workload",
+        "profile",
+        "KV (of the profile's)",
+        "replicas",
+        "placement",
+        "time (s)",
+        "speed-up",
+        "efficiency",
+        "prefill / one-engine minimum",
+        "imbalance",
+        "same table",
+    ]
+    return "\n".join([f"- {REPLICAS.caption(records)}", "", *_table(header, rows)])
 
 
 def lotus_dropin(results: Path) -> str:
@@ -462,6 +501,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "batch": batch,
     "lotus-dropin": lotus_dropin,
     "service": service,
+    "replicas": replicas,
     "relational": relational,
     "relational-bound": relational_bound,
     "workflows": workflows,

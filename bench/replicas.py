@@ -45,9 +45,17 @@ def engines(profile: str, count: int, kv_fraction: float) -> tuple[list[SimEngin
     clock = SharedClock()
     # one tokenizer: a router sends a prompt encoded by one engine's to any other, and the
     # simulator decodes only pieces its tokenizer has seen (real tokenizers are fixed)
+    # (and one record of cut outputs: a continuation routed elsewhere goes on alike)
     tokenizer = WordTokenizer()
+    continuations: dict[int, tuple[tuple[int, ...], int]] = {}
     sims = [
-        SimEngine(profile, num_blocks=blocks, clock=clock, tokenizer=tokenizer)
+        SimEngine(
+            profile,
+            num_blocks=blocks,
+            clock=clock,
+            tokenizer=tokenizer,
+            continuations=continuations,
+        )
         for _ in range(count)
     ]
     return sims, clock
@@ -85,8 +93,9 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                         if router != "kalypso" and count not in args.router_replicas:
                             continue
                         started = time.monotonic()
+                        sims: list[SimEngine] = []
                         if count == 1:
-                            result, seconds, sims = one, one_s, []
+                            result, seconds = one, one_s
                         else:
                             result, seconds, sims = await run_cell(
                                 workload.plan, profile, count, router, kv_fraction
@@ -143,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kv-fractions",
         type=lambda s: [float(x) for x in s.split(",")],
-        default=[1.0, 0.5, 0.25],
+        default=[1.0, 0.25],
         help="each engine's KV capacity, as fractions of the profile's",
     )
     parser.add_argument("--out", type=Path, required=True)

@@ -94,3 +94,25 @@ def test_a_ray_dataset_in_and_out(cluster: None) -> None:
         assert result.llm_calls == alone.llm_calls
     finally:
         kray.stop_replicas(replicas)
+
+
+@pytest.mark.vllm
+def test_two_real_vllm_replicas_give_the_one_engine_table(cluster: None) -> None:
+    """The bundled model in the deterministic mode, one small engine per actor: the table
+    equals the run on one of them alone (in the deterministic mode batching changes no
+    answer, so this is the one-engine table)."""
+    from tests.conftest import deterministic_vllm_settings
+
+    settings = deterministic_vllm_settings(kv_blocks=16, max_num_seqs=4)
+    frame = reviews(8)
+    replicas = kray.start_replicas(
+        EngineSpec(kind="vllm", settings=settings), 2, actor_options={"num_cpus": 1}
+    )
+    try:
+        expected = plan(frame).run(replicas.engines[0]).frame
+        spread = plan(frame).run(replicas)
+        pd.testing.assert_frame_equal(spread.frame, expected)
+        assert all(r.units_done == 4 for r in replicas.replicas)
+        assert replicas.engines[0].name.startswith("ray:vllm")
+    finally:
+        kray.stop_replicas(replicas)

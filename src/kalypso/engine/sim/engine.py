@@ -97,6 +97,9 @@ class SimEngine:
         clock: a :class:`~kalypso.engine.sim.clock.SharedClock` shared with other
             simulated engines (replicas): the engines then take their steps in one
             virtual time (see :mod:`kalypso.engine.sim.clock`).
+        continuations: the outputs cut at ``max_tokens`` so far (see :meth:`_complete`);
+            pass one dict to replicas of one model, so a call continued on another
+            replica goes on with the same output, as on a real model.
 
     Attributes:
         block_pool: the KV block pool, for inspection (hashes, free queue, pins).
@@ -129,6 +132,7 @@ class SimEngine:
         default_timeout_s: float = DEFAULT_TIMEOUT_S,
         wall_s_per_virtual_s: float = 0.0,
         clock: SharedClock | None = None,
+        continuations: dict[int, tuple[tuple[int, ...], int]] | None = None,
     ) -> None:
         if not default_timeout_s > 0:
             raise ValueError(f"default_timeout_s must be > 0, got {default_timeout_s}")
@@ -160,7 +164,9 @@ class SimEngine:
         self._prefill_time_s = 0.0
         self._decode_time_s = 0.0
         self._futures: dict[str, asyncio.Future[GenerateResult]] = {}
-        self._cut: dict[int, tuple[tuple[int, ...], int]] = {}
+        self._cut: dict[int, tuple[tuple[int, ...], int]] = (
+            continuations if continuations is not None else {}
+        )
         """Outputs stopped at max_tokens: hash of prompt + output -> (the first prompt,
         tokens generated so far), so a continuation goes on with the same output."""
         self._arrivals = itertools.count()
