@@ -495,6 +495,11 @@ class Table:
     ) -> QueryResult:
         """Run the plan on ``engine`` and return the output table with statistics.
 
+        ``engine`` may be a :class:`~kalypso.core.replicas.ReplicaSet`: each row's pipeline
+        then runs on one replica, and the table equals the one-engine run's
+        (:mod:`kalypso.query.replicated`; a plan with ``sem_topk`` or ``sem_agg`` is
+        refused there).
+
         Options (a :class:`~kalypso.core.options.RunOptions`, or its fields as keywords):
         ``policy`` (``"adaptive"`` by default; see :mod:`kalypso.core.policies`),
         ``pinning``, ``max_tasks_in_flight``, ``max_continuations``, ``alpha``/``beta``,
