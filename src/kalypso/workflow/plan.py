@@ -244,10 +244,13 @@ def plan(
     options: RunOptions | None = None,
     *,
     workflow_options: WorkflowOptions | None = None,
+    queries: Sequence[int] | None = None,
     **option_values: Any,
 ) -> WorkflowPlan:
     """Plan ``workflows`` on the batch ``inputs`` for ``engine`` without running them;
     the arguments are :func:`~kalypso.workflow.run.arun`'s. ``explain()`` shows the plan.
+    ``queries`` plans only those queries of the batch (by position; each keeps its
+    position as its key, so outputs and journaled calls name it alike in every run).
 
     Raises:
         PlanError: bad workflows, inputs or options (nothing was sent to the engine).
@@ -265,6 +268,10 @@ def plan(
     switches = workflow_options or WorkflowOptions()
     lowered = lower(flows, merge=switches.merge)
     instances = batch_instances(lowered, inputs)
+    if queries is not None:
+        if any(not 0 <= q < len(instances) for q in queries) or len(set(queries)) != len(queries):
+            raise PlanError(f"queries must be distinct positions in the batch of {len(instances)}")
+        instances = [instances[q] for q in queries]
     layout = ChatLayout(engine.tokenizer)
     capacity = engine.capacity
     policy = options.resolved_policy()

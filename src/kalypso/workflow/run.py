@@ -21,6 +21,7 @@ from kalypso.core.ledger import KVLedger
 from kalypso.core.memory_bound import block_steps, held_blocks, least_decode_steps
 from kalypso.core.options import RunOptions
 from kalypso.core.progress import ProgressView
+from kalypso.core.replicas import ReplicaSet
 from kalypso.core.report import PipelineReport
 from kalypso.core.result_cache import CacheStats, PromptResultCache
 from kalypso.core.runner import PipelineRunner, RunState
@@ -85,7 +86,7 @@ class WorkflowResult(RunTotals):
 
 async def arun(
     workflows: Workflow | Sequence[Workflow],
-    engine: Engine,
+    engine: Engine | ReplicaSet,
     inputs: Mapping[str, Sequence[Any]] | pd.DataFrame,
     options: RunOptions | None = None,
     *,
@@ -93,6 +94,7 @@ async def arun(
     ledger: KVLedger | None = None,
     cache: PromptResultCache | None = None,
     hooks: RunHooks | None = None,
+    queries: Sequence[int] | None = None,
     **option_values: Any,
 ) -> WorkflowResult:
     """Run ``workflows`` (one, or several submitted together and optimized as one) on the
@@ -102,15 +104,37 @@ async def arun(
     as keywords): the policy, the timeouts, progress. ``cache`` shares a prompt/result
     cache across runs (the second day of a workflow run daily). ``hooks`` attach a journal
     of calls and a progress listener (:mod:`kalypso.core.hooks`; the job server's).
+    ``queries`` runs only those queries of the batch (see :func:`~kalypso.workflow.plan.plan`).
+
+    ``engine`` may be a :class:`~kalypso.core.replicas.ReplicaSet`: each query's calls then
+    run on one replica, and the outputs equal the one-engine run's
+    (:mod:`kalypso.workflow.replicated`).
 
     Raises:
         PlanError: before any call, for bad inputs or options.
         QueryError: the run failed after it started (nothing it held is left behind;
             ``partial`` holds the queries that had finished).
     """
+    if isinstance(engine, ReplicaSet):
+        if ledger is not None or cache is not None or queries is not None:
+            raise PlanError(
+                "a run on a replica set takes no ledger, cache or queries: each replica has"
+                " its own ledger, and the set places the queries"
+            )
+        from kalypso.workflow.replicated import arun_replicated
+
+        return await arun_replicated(
+            workflows, engine, inputs, options, workflow_options, hooks, option_values
+        )
     started = time.monotonic()
     planned = plan(
-        workflows, engine, inputs, options, workflow_options=workflow_options, **option_values
+        workflows,
+        engine,
+        inputs,
+        options,
+        workflow_options=workflow_options,
+        queries=queries,
+        **option_values,
     )
     options, lowered, policy = planned.options, planned.lowered, planned.policy
     owner, warmer = planned.owner, planned.warmer
