@@ -24,18 +24,24 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from bench.stamp import run_stamp
 from bench.workloads import WORKLOADS
+from kalypso import workflow as wf
 from kalypso.core.replicas import ReplicaSet
 from kalypso.core.routing import RoutedEngine
 from kalypso.engine.sim.clock import SharedClock
 from kalypso.engine.sim.costs import get_profile
 from kalypso.engine.sim.engine import SimEngine
 from kalypso.engine.sim.tokenizer import WordTokenizer
-from kalypso.query.plan import QueryResult, Table
+from kalypso.query.plan import Table
+from kalypso.workflow.library import workload as library
 
 ROUTERS = ("kalypso", "round-robin", "prefix-affinity")
 
@@ -61,31 +67,67 @@ def engines(profile: str, count: int, kv_fraction: float) -> tuple[list[SimEngin
     return sims, clock
 
 
+@dataclass(frozen=True)
+class Job:
+    """A relational plan, or a library workflow's first day (``wf:NAME``)."""
+
+    name: str
+    plan: Table | None = None
+    flow: wf.Workflow | None = None
+    inputs: Mapping[str, Sequence[str]] | None = None
+
+    @classmethod
+    def of(cls, name: str, scale: str) -> Job:
+        if name.startswith("wf:"):
+            job = library(name[3:], scale)
+            return cls(name, flow=job.workflows[0], inputs=job.inputs[0])
+        workload = WORKLOADS[name](scale)
+        workload.plan.prepare()
+        return cls(name, plan=workload.plan)
+
+    async def run(self, target: Any) -> Outcome:
+        if self.plan is not None:
+            result = await self.plan.arun(target)
+            return Outcome(
+                result.frame, result.prefill_tokens, result.min_prefill_tokens, result.llm_calls
+            )
+        assert self.flow is not None and self.inputs is not None
+        done = await wf.arun(self.flow, target, self.inputs)
+        return Outcome(done.outputs, done.prefill_tokens, done.min_prefill_tokens, done.llm_calls)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    frame: pd.DataFrame
+    prefill_tokens: int
+    min_prefill_tokens: int
+    llm_calls: int
+
+
 async def run_cell(
-    plan: Table, profile: str, count: int, router: str, kv_fraction: float
-) -> tuple[QueryResult, float, list[SimEngine]]:
-    """One cell: the result, the virtual seconds, the engines."""
+    job: Job, profile: str, count: int, router: str, kv_fraction: float
+) -> tuple[Outcome, float, list[SimEngine]]:
+    """One cell: the outcome, the virtual seconds, the engines."""
     sims, clock = engines(profile, count, kv_fraction)
     target: Any
     if router == "kalypso":
         target = sims[0] if count == 1 else ReplicaSet(sims)
     else:
         target = RoutedEngine(sims, router)
-    result = await plan.arun(target)
+    outcome = await job.run(target)
     for sim in sims:
         await sim.close()
-    return result, clock.now_s, sims
+    return outcome, clock.now_s, sims
 
 
 async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     stamp = run_stamp()
     records: list[dict[str, Any]] = []
     for name in args.workloads:
-        workload = WORKLOADS[name](args.scale)
-        workload.plan.prepare()
+        job = Job.of(name, args.scale)
         for profile in args.profiles:
             for kv_fraction in args.kv_fractions:
-                one, one_s, _ = await run_cell(workload.plan, profile, 1, "kalypso", kv_fraction)
+                one, one_s, _ = await run_cell(job, profile, 1, "kalypso", kv_fraction)
                 for count in args.replicas:
                     for router in args.routers:
                         if count == 1 and router != "kalypso":
@@ -98,7 +140,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                             result, seconds = one, one_s
                         else:
                             result, seconds, sims = await run_cell(
-                                workload.plan, profile, count, router, kv_fraction
+                                job, profile, count, router, kv_fraction
                             )
                         busy = [sim.busy_s for sim in sims] or [seconds]
                         record = {
@@ -136,7 +178,12 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     split = lambda s: s.split(",")  # noqa: E731
-    parser.add_argument("--workloads", type=split, default=["contractnli", "medec"])
+    parser.add_argument(
+        "--workloads",
+        type=split,
+        default=["contractnli", "medec"],
+        help="relational workloads, or library workflows as wf:NAME (wf:debate)",
+    )
     parser.add_argument("--scale", default="paper")
     parser.add_argument("--profiles", type=split, default=["qwen3-8b-h100", "llama-3.3-70b-4xgpu"])
     parser.add_argument(
