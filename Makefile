@@ -120,10 +120,13 @@ bench-lotus: setup lotus-venv
 
 # The job server against the same plans in-process: on vLLM (CPU, float32), then on the
 # simulator's GPU profile paced in real time.
-# Replicas on the simulator at paper scale: 1 to 8 replicas against per-request routers.
+# Replicas on the simulator at paper scale (1 to 8, against per-request routers), then two
+# real vLLM replicas on Ray against one (CPU: both share the host's cores).
 bench-replicas: setup
-	rm -f $(RESULTS)/replicas-sim.json
+	rm -f $(RESULTS)/replicas-sim.json $(RESULTS)/replicas-cpu-$(HOST_SLUG).json
 	$(BIN)/python -m bench.replicas --out $(RESULTS)/replicas-sim.json
+	$(BIN)/python -m bench.replicas --workloads wf:debate,wf:mapred --out $(RESULTS)/replicas-sim.json
+	$(BIN)/python -m bench.replicas_cpu --out $(RESULTS)/replicas-cpu-$(HOST_SLUG).json
 
 bench-service: setup
 	rm -f $(RESULTS)/service-quick-$(HOST_SLUG).json $(RESULTS)/service-sim.json

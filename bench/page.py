@@ -74,6 +74,7 @@ LOTUS_DROPIN = Source("lotus-dropin-quick-epyc-avx512.json", "make bench-lotus")
 SERVICE = Source("service-quick-processor-avx512.json", "make bench-service")
 SERVICE_SIM = Source("service-sim.json", "make bench-service")
 REPLICAS = Source("replicas-sim.json", "make bench-replicas")
+REPLICAS_CPU = Source("replicas-cpu-processor-avx512.json", "make bench-replicas")
 
 
 def replicas(results: Path) -> str:
@@ -111,7 +112,30 @@ def replicas(results: Path) -> str:
         "imbalance",
         "same table",
     ]
-    return "\n".join([f"- {REPLICAS.caption(records)}", "", *_table(header, rows)])
+    cpu = REPLICAS_CPU.records(results)
+    cpu_rows = [
+        [
+            workload,
+            group[0]["engine"],
+            f"{statistics.mean(r['one_s'] for r in group):.1f}",
+            f"{statistics.mean(r['two_s'] for r in group):.1f}",
+            f"{statistics.mean(r['one_s'] / r['two_s'] for r in group):.2f}x",
+            "yes" if all(r["same_result"] for r in group) else "NO",
+        ]
+        for (workload,), group in _group(cpu, ("workload",)).items()
+    ]
+    cpu_header = ["workload", "engine", "one replica (s)", "two (s)", "ratio", "same table"]
+    return "\n".join(
+        [
+            f"- {REPLICAS.caption(records)}",
+            "",
+            *_table(header, rows),
+            "",
+            f"- {REPLICAS_CPU.caption(cpu)}",
+            "",
+            *_table(cpu_header, cpu_rows),
+        ]
+    )
 
 
 def lotus_dropin(results: Path) -> str:

@@ -1,0 +1,103 @@
+"""Replicas on real vLLM (CPU) through Ray: the quick plans on one actor, then on two.
+
+Both engines share this host's two cores, so no speed-up is expected: the ratio shows
+what a second replica costs or gives here. Each plan runs on one replica (a replica set
+of one) and on two, alternating, with the prefix caches reset before each run; the tables
+are compared.
+
+    python -m bench.replicas_cpu --out bench/results/replicas-cpu-<host>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from bench.stamp import run_stamp
+from bench.workloads import WORKLOADS
+from kalypso.core.replicas import ReplicaSet
+from kalypso.engine.open import EngineSpec
+from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
+from kalypso.models import resolve_model
+from kalypso.ray import astart_replicas, astop_replicas
+
+
+async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
+    stamp = run_stamp()
+    per_token = kv_bytes_per_token(resolve_model(), "float32") or 23_040
+    settings = VLLMSettings(
+        kv_cache_bytes=args.kv_tokens * per_token,
+        max_num_seqs=16,
+        block_size_tokens=32,
+        deterministic=True,
+    )
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    records: list[dict[str, Any]] = []
+    try:
+        pair = await astart_replicas(
+            EngineSpec(kind="vllm", settings=settings), 2, actor_options={"num_cpus": 1}
+        )
+        try:
+            one = ReplicaSet(pair.engines[:1])
+            for name in args.workloads:
+                plan = WORKLOADS[name]("quick").plan
+                plan.prepare()
+                for repeat in range(args.repeats):
+                    times: dict[int, float] = {}
+                    frames = {}
+                    for count, replicas in ((1, one), (2, pair)):
+                        for engine in pair.engines:
+                            await engine.reset_prefix_cache()
+                        started = time.monotonic()
+                        result = await plan.arun(replicas)
+                        times[count] = time.monotonic() - started
+                        frames[count] = result.frame
+                    record = {
+                        "kind": "replicas-cpu",
+                        "workload": f"{name} (quick)",
+                        "repeat": repeat,
+                        "one_s": round(times[1], 2),
+                        "two_s": round(times[2], 2),
+                        "same_result": frames[1].equals(frames[2]),
+                        "engine": f"vLLM CPU on Ray actors, float32, {args.kv_tokens:,} KV tokens",
+                        "date": stamp.date,
+                        "commit": stamp.commit,
+                        "host": stamp.host,
+                    }
+                    records.append(record)
+                    print(
+                        f"{name} repeat {repeat}: one replica {times[1]:.1f} s, two"
+                        f" {times[2]:.1f} s (x{times[1] / times[2]:.2f}), same:"
+                        f" {record['same_result']}",
+                        flush=True,
+                    )
+        finally:
+            await astop_replicas(pair)
+    finally:
+        ray.shutdown()
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--workloads", type=lambda s: s.split(","), default=["contractnli", "medec"]
+    )
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--kv-tokens", type=int, default=6144)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    records = asyncio.run(bench(args))
+    previous = json.loads(args.out.read_text()) if args.out.exists() else []
+    args.out.write_text(json.dumps([*previous, *records], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
