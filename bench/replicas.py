@@ -77,11 +77,11 @@ class Job:
     inputs: Mapping[str, Sequence[str]] | None = None
 
     @classmethod
-    def of(cls, name: str, scale: str) -> Job:
+    def of(cls, name: str, scale: str, rows: int | None = None) -> Job:
         if name.startswith("wf:"):
             job = library(name[3:], scale)
             return cls(name, flow=job.workflows[0], inputs=job.inputs[0])
-        workload = WORKLOADS[name](scale)
+        workload = WORKLOADS[name](scale, n=rows)
         workload.plan.prepare()
         return cls(name, plan=workload.plan)
 
@@ -124,7 +124,8 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     stamp = run_stamp()
     records: list[dict[str, Any]] = []
     for name in args.workloads:
-        job = Job.of(name, args.scale)
+        job = Job.of(name, args.scale, args.rows)
+        label = f"{name} ({args.scale}" + (f", {args.rows:,} rows)" if args.rows else ")")
         for profile in args.profiles:
             for kv_fraction in args.kv_fractions:
                 one, one_s, _ = await run_cell(job, profile, 1, "kalypso", kv_fraction)
@@ -145,7 +146,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                         busy = [sim.busy_s for sim in sims] or [seconds]
                         record = {
                             "kind": "replicas",
-                            "workload": f"{name} ({args.scale})",
+                            "workload": label,
                             "profile": profile,
                             "kv_fraction": kv_fraction,
                             "replicas": count,
@@ -185,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         help="relational workloads, or library workflows as wf:NAME (wf:debate)",
     )
     parser.add_argument("--scale", default="paper")
+    parser.add_argument(
+        "--rows", type=int, help="rows of a relational workload (default: the scale's)"
+    )
     parser.add_argument("--profiles", type=split, default=["qwen3-8b-h100", "llama-3.3-70b-4xgpu"])
     parser.add_argument(
         "--replicas", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4, 8]
