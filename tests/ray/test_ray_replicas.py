@@ -62,20 +62,21 @@ def test_two_actors_give_the_one_engine_table(cluster: None) -> None:
 
 
 def test_killing_an_actor_mid_run_loses_and_repeats_nothing(cluster: None) -> None:
-    alone = plan(reviews(120)).run(SimEngine("qwen3-8b-h100"))
+    alone = plan(reviews(400)).run(SimEngine("qwen3-8b-h100"))
 
     async def main() -> None:
         replicas = await kray.astart_replicas(SPEC, 2, actor_options=HALF_A_CPU)
         try:
-            running = asyncio.create_task(plan(reviews(120)).arun(replicas))
+            running = asyncio.create_task(plan(reviews(400)).arun(replicas))
             victim = replicas.replicas[1]
-            while victim.units_done == 0:  # it has finished a chunk: it is mid-run
-                await asyncio.sleep(0.01)
+            while (await victim.engine.stats()).prefix_cache_queries_tokens == 0:
+                await asyncio.sleep(0.005)  # until its engine has started on its share
             ray.kill(victim.engine.actor)  # type: ignore[attr-defined]
             spread = await running
             pd.testing.assert_frame_equal(spread.frame, alone.frame)
             assert not victim.alive and replicas.replicas[0].alive
-            assert sum(r.units_done for r in replicas.replicas) == 120
+            assert sum(r.units_done for r in replicas.replicas) == 400
+            assert replicas.replicas[0].units_done == 400  # its own share and the victim's
             with pytest.raises(EngineError, match="actor died"):
                 await victim.engine.stats()
         finally:
