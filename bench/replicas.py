@@ -105,19 +105,32 @@ class Outcome:
 
 
 async def run_cell(
-    job: Job, profile: str, count: int, router: str, kv_fraction: float
+    job: Job,
+    profile: str,
+    count: int,
+    router: str,
+    kv_fraction: float,
+    replica_options: dict[str, Any] | None = None,
 ) -> tuple[Outcome, float, list[SimEngine]]:
     """One cell: the outcome, the virtual seconds, the engines."""
     sims, clock = engines(profile, count, kv_fraction)
     target: Any
     if router == "kalypso":
-        target = sims[0] if count == 1 else ReplicaSet(sims)
+        target = sims[0] if count == 1 else ReplicaSet(sims, **(replica_options or {}))
     else:
         target = RoutedEngine(sims, router)
     outcome = await job.run(target)
     for sim in sims:
         await sim.close()
     return outcome, clock.now_s, sims
+
+
+def placement(router: str, args: argparse.Namespace) -> str:
+    """The placement's name in a record: the router, or the replica set and its chunking
+    when not the default."""
+    if router != "kalypso" or (args.chunks_in_flight == 1 and args.chunk_divisor == 1):
+        return router
+    return f"kalypso, {args.chunks_in_flight} in flight, divisor {args.chunk_divisor:g}"
 
 
 async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -141,7 +154,15 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                             result, seconds = one, one_s
                         else:
                             result, seconds, sims = await run_cell(
-                                job, profile, count, router, kv_fraction
+                                job,
+                                profile,
+                                count,
+                                router,
+                                kv_fraction,
+                                {
+                                    "chunks_in_flight": args.chunks_in_flight,
+                                    "chunk_divisor": args.chunk_divisor,
+                                },
                             )
                         busy = [sim.busy_s for sim in sims] or [seconds]
                         record = {
@@ -150,7 +171,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                             "profile": profile,
                             "kv_fraction": kv_fraction,
                             "replicas": count,
-                            "router": router,
+                            "router": placement(router, args),
                             "time_s": round(seconds, 3),
                             "speedup": round(one_s / seconds, 3),
                             "efficiency": round(one_s / seconds / count, 3),
@@ -206,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         default=[1.0, 0.25],
         help="each engine's KV capacity, as fractions of the profile's",
     )
+    parser.add_argument("--chunks-in-flight", type=int, default=1)
+    parser.add_argument("--chunk-divisor", type=float, default=1.0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     unknown = set(args.routers) - set(ROUTERS)

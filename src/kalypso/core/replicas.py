@@ -14,8 +14,9 @@ run.
   chunk takes ``ceil(remaining / (chunks_in_flight * chunk_divisor))`` of the replica's
   queue (at least ``min_chunk_units``). The default (one chunk in flight, divisor 1) runs
   each replica's whole share as one run: on the simulator's GPU profiles a run's batch is
-  widest that way, and two runs side by side on one engine were measured 10 to 25%
-  slower. A larger divisor leaves a tail of smaller chunks that idle replicas can steal.
+  widest that way, and chunks run side by side on one engine were measured slower
+  (``python -m bench.replicas --chunks-in-flight``). A larger divisor leaves a tail of
+  smaller chunks that idle replicas can steal.
 * **Work stealing.** A replica whose queue is empty takes the later half of the queue
   with the most work left (whole affinity groups); nothing is ever in two queues, and a
   unit is taken from a queue exactly once. Units already in a running chunk are not
