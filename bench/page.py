@@ -75,43 +75,75 @@ SERVICE = Source("service-quick-processor-avx512.json", "make bench-service")
 SERVICE_SIM = Source("service-sim.json", "make bench-service")
 REPLICAS = Source("replicas-sim.json", "make bench-replicas")
 REPLICAS_CPU = Source("replicas-cpu-processor-avx512.json", "make bench-replicas")
+ROUTERS_SHOWN = ("kalypso", "round-robin", "prefix-affinity")
+
+
+def _at_each_size(
+    by: dict[tuple[Any, ...], Record],
+    sizes: Sequence[float],
+    where: tuple[int, str],
+    show: Callable[[Record], str],
+) -> str:
+    """``show`` of the record at ``where`` (replicas, placement) for each KV size, joined."""
+    found = [by[(kv, *where)] for kv in sizes if (kv, *where) in by]
+    return " / ".join(show(r) for r in found) if found else "-"
 
 
 def replicas(results: Path) -> str:
-    """Replicas on the simulator: per workload, profile and KV size, the replica set's
-    time and scaling efficiency at each replica count, then the per-request routers at
-    the counts they ran: time, prefill over the one-engine minimum, load imbalance."""
+    """Replicas on the simulator, one row per workload and profile, each cell at every KV
+    size (largest first, ``a / b``): the replica set's time at each replica count and its
+    efficiency at the most; at 4 replicas the per-request routers' times and every
+    placement's prefill over the one-engine minimum; whether every table equalled the
+    one-engine run's. Then other chunkings, and two real CPU replicas against one."""
     records = REPLICAS.records(results)
+    counts = sorted({r["replicas"] for r in records})
     rows = []
-    for r in records:
+    other: list[list[str]] = []
+    for (workload, profile), group in _group(records, ("workload", "profile")).items():
+        sizes = sorted({r["kv_fraction"] for r in group}, reverse=True)
+        by = {(r["kv_fraction"], r["replicas"], r["router"]): r for r in group}
+
+        def cell(count: int, router: str, show: Callable[[Record], str]) -> str:
+            return _at_each_size(by, sizes, (count, router), show)  # noqa: B023 - used at once
+
+        def seconds(r: Record) -> str:
+            return f"{r['time_s']:.1f}"
+
+        def prefill(r: Record) -> str:
+            return f"{r['prefill_tokens'] / r['min_prefill_tokens']:.2f}"
+
+        most = max(r["replicas"] for r in group if r["router"] == "kalypso")
+        efficiency = cell(most, "kalypso", lambda r: f"{r['efficiency']:.2f}")
         rows.append(
             [
-                r["workload"],
-                r["profile"],
-                f"{r['kv_fraction']:g}",
-                f"{r['replicas']}",
-                r["router"],
-                f"{r['time_s']:.1f}",
-                f"{r['speedup']:.2f}x",
-                f"{r['efficiency']:.2f}",
-                f"{r['prefill_tokens'] / r['min_prefill_tokens']:.2f}",
-                f"{r['imbalance']:.2f}",
-                "yes" if r["same_result"] else "NO",
+                workload,
+                profile,
+                " / ".join(f"{kv:g}" for kv in sizes),
+                *[cell(c, "kalypso", seconds) for c in counts],
+                f"{efficiency} at {most}",
+                cell(4, "round-robin", seconds),
+                cell(4, "prefix-affinity", seconds),
+                *[cell(4, p, prefill) for p in ROUTERS_SHOWN],
+                "yes" if all(r["same_result"] for r in group) else "NO",
             ]
         )
+        for (kv, count, router), r in by.items():
+            if router not in ROUTERS_SHOWN:
+                other.append([workload, profile, f"{kv:g}", f"{count}", router, seconds(r)])
     header = [
         "workload",
         "profile",
-        "KV (of the profile's)",
-        "replicas",
-        "placement",
-        "time (s)",
-        "speed-up",
+        "KV",
+        *[f"{c} (s)" for c in counts],
         "efficiency",
-        "prefill / one-engine minimum",
-        "imbalance",
-        "same table",
+        "round-robin at 4 (s)",
+        "prefix-affinity at 4 (s)",
+        "prefill / minimum at 4: replica set",
+        "round-robin",
+        "prefix-affinity",
+        "same tables",
     ]
+    chunk_header = ["workload", "profile", "KV", "replicas", "chunking", "time (s)"]
     cpu = REPLICAS_CPU.records(results)
     cpu_rows = [
         [
@@ -130,6 +162,8 @@ def replicas(results: Path) -> str:
             f"- {REPLICAS.caption(records)}",
             "",
             *_table(header, rows),
+            "",
+            *_table(chunk_header, other),
             "",
             f"- {REPLICAS_CPU.caption(cpu)}",
             "",
