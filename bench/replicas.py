@@ -197,6 +197,37 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     return records
 
 
+def plot(records: Sequence[dict[str, Any]], out: Path) -> Path:
+    """Speed-up over one engine against replicas, per workload and profile (full cache),
+    with the ideal line: ``out`` as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.4))
+    lines: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for r in records:
+        if r["router"] == "kalypso" and r["kv_fraction"] == 1.0 and "rows" not in r["workload"]:
+            lines.setdefault((r["workload"], r["profile"]), []).append(
+                (r["replicas"], r["speedup"])
+            )
+    most = 1
+    for (workload, profile), points in sorted(lines.items()):
+        points.sort()
+        most = max(most, points[-1][0])
+        axes.plot(*zip(*points, strict=True), marker="o", label=f"{workload}, {profile}")
+    axes.plot([1, most], [1, most], color="grey", linestyle="--", label="ideal")
+    axes.set_xlabel("replicas")
+    axes.set_ylabel("speed-up over one engine")
+    axes.set_title("Replica set on the simulator, paper scale (full KV cache)")
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     split = lambda s: s.split(",")  # noqa: E731
@@ -230,13 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks-in-flight", type=int, default=1)
     parser.add_argument("--chunk-divisor", type=float, default=1.0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--plot-only", action="store_true", help="only draw --out's records as a PNG beside it"
+    )
     args = parser.parse_args(argv)
+    if args.plot_only:
+        print(plot(json.loads(args.out.read_text()), args.out.with_suffix(".png")))
+        return 0
     unknown = set(args.routers) - set(ROUTERS)
     if unknown:
         raise SystemExit(f"--routers: unknown {sorted(unknown)} (known: {', '.join(ROUTERS)})")
     records = asyncio.run(bench(args))
     previous = json.loads(args.out.read_text()) if args.out.exists() else []
     args.out.write_text(json.dumps([*previous, *records], indent=1) + "\n")
+    plot([*previous, *records], args.out.with_suffix(".png"))
     return 0
 
 
