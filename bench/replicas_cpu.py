@@ -19,24 +19,17 @@ from typing import Any
 
 import ray
 
+from bench.service_bench import quick_vllm_settings
 from bench.stamp import run_stamp
 from bench.workloads import WORKLOADS
 from kalypso.core.replicas import ReplicaSet
 from kalypso.engine.open import EngineSpec
-from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
-from kalypso.models import resolve_model
 from kalypso.ray import astart_replicas, astop_replicas
 
 
 async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     stamp = run_stamp()
-    per_token = kv_bytes_per_token(resolve_model(), "float32") or 23_040
-    settings = VLLMSettings(
-        kv_cache_bytes=args.kv_tokens * per_token,
-        max_num_seqs=16,
-        block_size_tokens=32,
-        deterministic=True,
-    )
+    settings = quick_vllm_settings(args.kv_tokens)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     records: list[dict[str, Any]] = []
     try:

@@ -49,16 +49,21 @@ async def open_bench_engine(args: argparse.Namespace) -> tuple[Engine, str]:
     if args.engine == "sim":
         engine: Engine = SimEngine(args.sim_profile, wall_s_per_virtual_s=1.0)
         return engine, f"simulator {args.sim_profile}, paced in real time"
+    return await LocalVLLMEngine.start(
+        quick_vllm_settings(args.kv_tokens)
+    ), f"vLLM CPU in-process, float32, {args.kv_tokens:,} KV tokens"
+
+
+def quick_vllm_settings(kv_tokens: int) -> VLLMSettings:
+    """The bundled model in float32 (deterministic) with ``kv_tokens`` of KV cache, 32-token
+    blocks and 16 requests at once: the quick benchmarks' vLLM engine on a CPU."""
     per_token = kv_bytes_per_token(resolve_model(), "float32") or 23_040
-    settings = VLLMSettings(
-        kv_cache_bytes=args.kv_tokens * per_token,
+    return VLLMSettings(
+        kv_cache_bytes=kv_tokens * per_token,
         max_num_seqs=16,
         block_size_tokens=32,
         deterministic=True,
     )
-    return await LocalVLLMEngine.start(
-        settings
-    ), f"vLLM CPU in-process, float32, {args.kv_tokens:,} KV tokens"
 
 
 def free_port() -> int:
