@@ -5,8 +5,9 @@ Every cell runs one workload on N simulated engines that share one virtual clock
 (:class:`~kalypso.engine.sim.clock.SharedClock`), so the times are those of N GPUs side
 by side, exact and independent of this host:
 
-* ``kalypso``: a :class:`~kalypso.core.replicas.ReplicaSet` (each row's pipeline on one
-  replica, guided chunks, work stealing); with one replica, the plain one-engine run;
+* ``kalypso``: a :class:`~kalypso.core.replicas.ReplicaSet` (each row's pipeline, each
+  workflow query's calls, each document's requests of a batch file on one replica,
+  work stealing); with one replica, the plain one-engine run;
 * ``round-robin`` and ``prefix-affinity``: the same plan on a
   :class:`~kalypso.core.routing.RoutedEngine`, each request routed as it comes.
 
@@ -23,6 +24,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,9 +33,11 @@ from typing import Any
 
 import pandas as pd
 
+from bench.batch_files import BatchShape, batch_lines, write_batch
 from bench.stamp import run_stamp
 from bench.workloads import WORKLOADS
 from kalypso import workflow as wf
+from kalypso.batch import arun_batch
 from kalypso.core.replicas import ReplicaSet
 from kalypso.core.routing import RoutedEngine
 from kalypso.engine.sim.clock import SharedClock
@@ -44,6 +48,11 @@ from kalypso.query.plan import Table
 from kalypso.workflow.library import workload as library
 
 ROUTERS = ("kalypso", "round-robin", "prefix-affinity")
+
+BATCH_FILES = {
+    "docqa": BatchShape(1000, 6, document_words=600, max_tokens=64),
+}
+"""Batch files (``batch:NAME``): documents each asked several questions, shuffled."""
 
 
 def engines(profile: str, count: int, kv_fraction: float) -> tuple[list[SimEngine], SharedClock]:
@@ -69,18 +78,22 @@ def engines(profile: str, count: int, kv_fraction: float) -> tuple[list[SimEngin
 
 @dataclass(frozen=True)
 class Job:
-    """A relational plan, or a library workflow's first day (``wf:NAME``)."""
+    """A relational plan, a library workflow's first day (``wf:NAME``) or a batch file
+    (``batch:NAME``)."""
 
     name: str
     plan: Table | None = None
     flow: wf.Workflow | None = None
     inputs: Mapping[str, Sequence[str]] | None = None
+    batch: BatchShape | None = None
 
     @classmethod
     def of(cls, name: str, scale: str, rows: int | None = None) -> Job:
         if name.startswith("wf:"):
             job = library(name[3:], scale)
             return cls(name, flow=job.workflows[0], inputs=job.inputs[0])
+        if name.startswith("batch:"):
+            return cls(name, batch=BATCH_FILES[name[6:]])
         workload = WORKLOADS[name](scale, n=rows)
         workload.plan.prepare()
         return cls(name, plan=workload.plan)
@@ -91,9 +104,27 @@ class Job:
             return Outcome(
                 result.frame, result.prefill_tokens, result.min_prefill_tokens, result.llm_calls
             )
+        if self.batch is not None:
+            return await self._run_batch(self.batch, target)
         assert self.flow is not None and self.inputs is not None
         done = await wf.arun(self.flow, target, self.inputs)
         return Outcome(done.outputs, done.prefill_tokens, done.min_prefill_tokens, done.llm_calls)
+
+    @staticmethod
+    async def _run_batch(shape: BatchShape, target: Any) -> Outcome:
+        """The file in one chunk per replica share: the answers by custom id."""
+        with tempfile.TemporaryDirectory() as tmp:
+            source = write_batch(Path(tmp) / "in.jsonl", batch_lines(shape, "sim"))
+            out = Path(tmp) / "out.jsonl"
+            result = await arun_batch(source, out, target, chunk_requests=shape.requests)
+            rows = [json.loads(line) for line in out.read_text().splitlines()]
+        frame = pd.DataFrame(
+            {
+                "custom_id": [r["custom_id"] for r in rows],
+                "answer": [r["response"]["body"]["choices"][0]["message"]["content"] for r in rows],
+            }
+        )
+        return Outcome(frame, result.prefill_tokens, result.min_prefill_tokens, result.distinct)
 
 
 @dataclass(frozen=True)
@@ -235,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         "--workloads",
         type=split,
         default=["contractnli", "medec"],
-        help="relational workloads, or library workflows as wf:NAME (wf:debate)",
+        help="relational workloads, library workflows as wf:NAME (wf:debate), or batch files"
+        f" as batch:NAME ({', '.join(f'batch:{n}' for n in BATCH_FILES)})",
     )
     parser.add_argument("--scale", default="paper")
     parser.add_argument(

@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kalypso.batch.reader import check_file
-from kalypso.batch.run import CHUNK_REQUESTS, BatchResult, arun_batch
+from kalypso.batch.result import BatchResult
+from kalypso.batch.run import CHUNK_REQUESTS, arun_batch
 from kalypso.core.options import WORKFLOW_POLICY, RunOptions
 from kalypso.core.policies import policy_names
 from kalypso.engine.open import add_engine_arguments, engine_spec, open_engine

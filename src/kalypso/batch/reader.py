@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,25 +55,42 @@ class FileIndex:
     def requests(self) -> int:
         return len(self.lines)
 
+    def prefix_order(self) -> list[int]:
+        """The requests' positions in the order of their prefix keys (those sharing a
+        system prompt, then a document, adjacent; ties in file order)."""
+        return sorted(range(len(self.keys)), key=lambda i: (self.keys[i], i))
+
+    def line_bytes(self, position: int) -> int:
+        """The bytes from request ``position``'s line to the next request's (its size)."""
+        end = (
+            self.offsets[position + 1]
+            if position + 1 < len(self.offsets)
+            else self.path.stat().st_size
+        )
+        return end - self.offsets[position]
+
+    def read(self, positions: Iterable[int]) -> list[BatchRequest]:
+        """The requests at ``positions``, in file order, read from the file by offset."""
+        chunk = []
+        with self.path.open("rb") as handle:
+            for position in sorted(positions):
+                handle.seek(self.offsets[position])
+                text = handle.readline().decode("utf-8")
+                chunk.append(parse_line(text, self.lines[position]))
+        return chunk
+
     def chunks(self, chunk_requests: int) -> Iterator[list[BatchRequest]]:
-        """The requests in the order of their prefix keys (those sharing a system prompt,
-        then a document, adjacent), ``chunk_requests`` at a time, read from the file by
-        offset, each chunk in file order.
+        """The requests in :meth:`prefix_order`, ``chunk_requests`` at a time, each chunk
+        in file order.
 
         Raises:
             ValueError: ``chunk_requests`` below 1.
         """
         if chunk_requests < 1:
             raise ValueError(f"chunk_requests must be >= 1, got {chunk_requests}")
-        order = sorted(range(len(self.keys)), key=lambda i: (self.keys[i], i))
-        with self.path.open("rb") as handle:
-            for start in range(0, len(order), chunk_requests):
-                chunk = []
-                for index in sorted(order[start : start + chunk_requests]):
-                    handle.seek(self.offsets[index])
-                    text = handle.readline().decode("utf-8")
-                    chunk.append(parse_line(text, self.lines[index]))
-                yield chunk
+        order = self.prefix_order()
+        for start in range(0, len(order), chunk_requests):
+            yield self.read(order[start : start + chunk_requests])
 
 
 def _lines(path: Path) -> Iterator[tuple[int, int, str]]:

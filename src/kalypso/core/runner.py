@@ -55,6 +55,7 @@ from kalypso.core.stats import OperatorStats
 from kalypso.engine.protocol import (
     Engine,
     EngineCapacity,
+    EngineDeadError,
     EngineError,
     EngineTimeoutError,
     GenerateRequest,
@@ -458,7 +459,7 @@ class PipelineRunner:
         try:
             result, from_result_cache = await self._generate((node.op_id, instance.key), request)
         except EngineError as exc:
-            if not state.options.isolate_call_errors:
+            if not state.options.isolate_call_errors or isinstance(exc, EngineDeadError):
                 raise
             logger.info("%s failed, isolated: %s", request.request_id, exc)
             stats.failed_calls += 1

@@ -36,6 +36,13 @@ class EngineError(RuntimeError):
     """An engine failed or refused a request; the message says what to do about it."""
 
 
+class EngineDeadError(EngineError):
+    """The engine can serve no more requests: it was closed, its process died, or it can no
+    longer be reached. Every later call raises it too. A run that isolates call errors
+    (``RunOptions.isolate_call_errors``) still fails on it: the calls it would mark failed
+    are the engine's loss, not theirs."""
+
+
 class RequestAbortedError(EngineError):
     """The engine aborted a request (it was cancelled server-side, or the engine gave up on
     it). Raised instead of returning a result, so an abort is never taken for an answer."""

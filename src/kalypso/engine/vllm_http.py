@@ -62,6 +62,7 @@ from kalypso.engine.hf_tokenizer import load_hf_tokenizer
 from kalypso.engine.host import describe_host
 from kalypso.engine.protocol import (
     EngineCapacity,
+    EngineDeadError,
     EngineError,
     EngineStats,
     EngineTimeoutError,
@@ -466,7 +467,8 @@ class HTTPVLLMEngine:
                 f" {timeout_s} s; the connection was closed, so the server aborts it"
             ) from None
         except httpx.HTTPError as exc:
-            raise EngineError(
+            unreachable = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+            raise (EngineDeadError if unreachable else EngineError)(
                 f"request {request.request_id!r} to {self._base_url}/v1/completions failed"
                 f" ({exc!r}; connection failures were retried)"
             ) from exc

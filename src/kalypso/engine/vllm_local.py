@@ -46,6 +46,7 @@ from kalypso.engine.cost_model import CostModel
 from kalypso.engine.hf_tokenizer import load_hf_tokenizer
 from kalypso.engine.protocol import (
     EngineCapacity,
+    EngineDeadError,
     EngineError,
     EngineStats,
     EngineTimeoutError,
@@ -415,7 +416,8 @@ class LocalVLLMEngine:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise EngineError(f"vLLM failed on request {request.request_id!r}: {exc}") from exc
+            failure = EngineDeadError if self._llm.errored else EngineError
+            raise failure(f"vLLM failed on request {request.request_id!r}: {exc}") from exc
         finally:
             await outputs.aclose()
         if final is None or not final.finished:
@@ -559,6 +561,6 @@ class LocalVLLMEngine:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise EngineError("the engine is closed")
+            raise EngineDeadError("the engine is closed")
         if self._llm.errored:
-            raise EngineError(f"the vLLM engine core died: {self._llm.dead_error}")
+            raise EngineDeadError(f"the vLLM engine core died: {self._llm.dead_error}")

@@ -5,7 +5,7 @@
 uses it as any engine. Its name, capacity, tokenizer and cost model are read once, at
 :meth:`RayEngine.start`. Failures map onto the protocol's:
 
-* the actor died (killed, its node lost): :class:`~kalypso.engine.protocol.EngineError`
+* the actor died (killed, its node lost): :class:`~kalypso.engine.protocol.EngineDeadError`
   in every waiting caller, and in every later call (a replica set then moves the
   replica's work to the others);
 * the engine raised in the actor: the same exception, raised here;
@@ -27,6 +27,7 @@ from kalypso.engine.cost_model import CostModel
 from kalypso.engine.open import EngineSpec
 from kalypso.engine.protocol import (
     EngineCapacity,
+    EngineDeadError,
     EngineError,
     EngineStats,
     GenerateRequest,
@@ -98,7 +99,7 @@ class RayEngine:
 
     async def _call(self, method: str, *args: Any) -> Any:
         if self._dead is not None:
-            raise EngineError(f"replica {self.number}: {self._dead}")
+            raise EngineDeadError(f"replica {self.number}: {self._dead}")
         ref = getattr(self._actor, method).remote(*args)
         try:
             return await ref
@@ -107,7 +108,7 @@ class RayEngine:
             raise
         except RayActorError as exc:
             self._dead = f"its Ray actor died ({type(exc).__name__})"
-            raise EngineError(f"replica {self.number}: {self._dead}") from exc
+            raise EngineDeadError(f"replica {self.number}: {self._dead}") from exc
         except RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, Exception):

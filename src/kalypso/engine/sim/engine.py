@@ -42,6 +42,7 @@ from kalypso.engine.blocks import blocks_for
 from kalypso.engine.cost_model import CostModel
 from kalypso.engine.protocol import (
     EngineCapacity,
+    EngineDeadError,
     EngineError,
     EngineStats,
     EngineTimeoutError,
@@ -237,7 +238,7 @@ class SimEngine:
                 flight, or the engine is (or gets) closed.
         """
         if self._closed_reason is not None:
-            raise EngineError(f"request {request.request_id!r}: {self._closed_reason}")
+            raise EngineDeadError(f"request {request.request_id!r}: {self._closed_reason}")
         check_fits_context(request, self._capacity)
         prompt_len = len(request.prompt_token_ids)
         needed_blocks = blocks_for(
@@ -489,4 +490,4 @@ class SimEngine:
 
     def _fail_pending(self, reason: str) -> None:
         for request_id in list(self._futures):
-            self._set_exception(request_id, EngineError(f"request {request_id!r}: {reason}"))
+            self._set_exception(request_id, EngineDeadError(f"request {request_id!r}: {reason}"))
