@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
-from kalypso.engine.protocol import Engine, EngineStats
+from kalypso.engine.protocol import Engine, EngineStats, GenerateRequest, GenerateResult
 from kalypso.engine.vllm_settings import VLLMSettings, kv_bytes_per_token
 from kalypso.models import resolve_model
+
+if TYPE_CHECKING:
+    from kalypso.engine.vllm_local import LocalVLLMEngine
 
 CONFORMANCE_KV_BLOCKS = 16
 VLLM_CPU_BLOCK_SIZE_TOKENS = 128
@@ -40,6 +44,26 @@ def conformance_vllm_settings() -> VLLMSettings:
     return deterministic_vllm_settings(CONFORMANCE_KV_BLOCKS, max_num_seqs=1)
 
 
+ROOMY_KV_BLOCKS = 40
+"""The shared engine's cache (5,120 tokens): room for every prompt of the tests that use
+it at once, so nothing they compare is evicted."""
+
+
+@pytest.fixture(scope="session")
+async def roomy_vllm() -> AsyncIterator[LocalVLLMEngine]:
+    """One in-process vLLM engine (deterministic, ``ROOMY_KV_BLOCKS`` blocks, 8 sequences)
+    shared by the modules whose tests need no particular cache size, started when the
+    first asks for it (an engine start costs about 25 s here). Tests leave it as they
+    found it: nothing running; they reset its prefix cache when they compare hits."""
+    from kalypso.engine.vllm_local import LocalVLLMEngine
+
+    engine = await LocalVLLMEngine.start(deterministic_vllm_settings(ROOMY_KV_BLOCKS, 8))
+    try:
+        yield engine
+    finally:
+        await engine.close()
+
+
 async def poll_stats_until(
     engine_stats_ok: Callable[[EngineStats], bool],
     engine: Engine,
@@ -55,6 +79,24 @@ async def poll_stats_until(
         if engine_stats_ok(await engine.stats()) or gave_up():
             return
         await asyncio.sleep(0 if poll < 50 else 0.01)
+
+
+def long_request(request_id: str, engine: Engine) -> GenerateRequest:
+    """A request that decodes as many tokens as the context holds (tens of seconds on CPU)."""
+    prompt = tuple(range(100, 400))
+    max_tokens = engine.capacity.max_model_len_tokens - len(prompt) - 8
+    return GenerateRequest(request_id, prompt, max_tokens=max_tokens, ignore_eos=True)
+
+
+async def start_long_request(engine: Engine) -> asyncio.Future[GenerateResult]:
+    """Send the doomed request and return once the engine reports it running: the kill
+    that follows then lands mid-request on any machine, however fast or loaded."""
+    in_flight = asyncio.ensure_future(engine.generate(long_request("doomed", engine)))
+    await poll_stats_until(
+        lambda s: s.running_requests >= 1, engine, in_flight.done, max_polls=6000
+    )
+    assert not in_flight.done(), "the long request finished before the engine was killed"
+    return in_flight
 
 
 def _interrupt_on_sigterm(signum: int, frame: object) -> None:

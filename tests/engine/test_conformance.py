@@ -14,7 +14,15 @@ from kalypso.engine.protocol import (
     GenerateRequest,
     PromptTooLongError,
 )
-from tests.conftest import EngineUnderTest, poll_stats_until
+from kalypso.engine.vllm_settings import default_max_model_len_tokens, kv_bytes_per_token
+from kalypso.models import resolve_model
+from tests.conftest import (
+    CONFORMANCE_KV_BLOCKS,
+    VLLM_CPU_BLOCK_SIZE_TOKENS,
+    EngineUnderTest,
+    conformance_vllm_settings,
+    poll_stats_until,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -337,3 +345,51 @@ async def test_per_phase_time_and_request_timings(any_engine: EngineUnderTest) -
     assert after.prefill_time_s - before.prefill_time_s == pytest.approx(
         timings.prefill_s, abs=0.01
     )
+
+
+@pytest.mark.parametrize(
+    "any_engine", [pytest.param("vllm-local", marks=pytest.mark.vllm)], indirect=True
+)
+async def test_the_deterministic_mode_runs_float32_with_a_cache_sized_for_it(
+    any_engine: EngineUnderTest,
+) -> None:
+    """The conformance settings are the deterministic mode's: float32 weights,
+    activations and KV cache, the context sized for float32 KV bytes (no explicit
+    max_model_len)."""
+    from kalypso.engine.vllm_local import LocalVLLMEngine
+
+    engine = any_engine.engine
+    assert isinstance(engine, LocalVLLMEngine)
+
+    model = resolve_model()
+    per_token = kv_bytes_per_token(model, "float32")
+    assert per_token == 2 * kv_bytes_per_token(model, "bfloat16")  # type: ignore[operator]
+    kv_bytes = CONFORMANCE_KV_BLOCKS * VLLM_CPU_BLOCK_SIZE_TOKENS * per_token  # ~90 MiB
+    assert conformance_vllm_settings().kv_cache_bytes == kv_bytes
+    capacity = engine.capacity
+    assert capacity.num_blocks == CONFORMANCE_KV_BLOCKS - 1  # less vLLM's null block
+    assert capacity.max_model_len_tokens == default_max_model_len_tokens(model, kv_bytes, "float32")
+    config = engine._llm.vllm_config.model_config  # what vLLM really runs
+    assert str(config.dtype) == "torch.float32"
+    tokenizer = engine.tokenizer
+    yes, no = tokenizer.encode("Yes")[0], tokenizer.encode("No")[0]
+    system = "You answer questions about the world with one word. " * 20  # > 1 block
+    text = tokenizer.render_chat(
+        [("system", system), ("user", "Is the sky blue? Answer Yes or No.")],
+        add_generation_prompt=True,
+    )
+    prompt = tuple(tokenizer.encode_control(text))
+    results = [
+        await engine.generate(
+            GenerateRequest(f"d{i}", prompt, 1, allowed_token_ids=(yes, no), logprobs=2)
+        )
+        for i in range(2)  # the second one reads the prompt's prefix from the cache
+    ]
+    assert results[1].cached_tokens > 0
+    for result in results:
+        (position,) = result.logprobs
+        assert {token for token, _ in position} == {yes, no}
+        assert math.fsum(math.exp(lp) for _, lp in position) == pytest.approx(1.0, abs=1e-6)
+    first, second = (dict(r.logprobs[0]) for r in results)
+    assert results[0].output_token_ids == results[1].output_token_ids
+    assert first[yes] == pytest.approx(second[yes], abs=1e-3)

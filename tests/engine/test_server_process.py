@@ -1,6 +1,6 @@
 """Server processes: the whole process group stops even when its leader already died, the
-server dies with the Python process that started it (Linux), and vLLM's admin endpoints
-are off unless asked for."""
+server dies with the Python process that started it (Linux), its death reaches the
+caller, and vLLM's admin endpoints are off unless asked for."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from kalypso import cli
-from kalypso.engine.protocol import EngineError, GenerateRequest, UnsupportedFeatureError
+from kalypso.engine.protocol import EngineError, UnsupportedFeatureError
 from kalypso.engine.vllm_server import (
     ADMIN_ENV_VAR,
     VLLMServer,
@@ -27,7 +27,7 @@ from kalypso.engine.vllm_server import (
     process_group_alive,
     stop_process_group,
 )
-from tests.conftest import conformance_vllm_settings
+from tests.conftest import conformance_vllm_settings, start_long_request
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -139,12 +139,15 @@ def test_engine_serve_enables_admin_endpoints_only_when_asked(
 
 
 @pytest.mark.vllm
-async def test_server_group_stops_after_its_leader_was_killed_and_has_no_admin_endpoints(
+async def test_a_server_refuses_a_wrong_model_and_its_death_reaches_the_caller_and_stops_all(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """One real server: a default server answers 404 on the admin endpoints (even when this
-    process's environment asks for them); after SIGKILL of the API server, stop() still
-    stops the engine core and everything else of the group."""
+    """One real server, started without admin endpoints (even when this process's
+    environment asks for them): they answer 404, and a client naming another model is
+    refused with the one served. SIGKILL of the API server mid-request reaches the
+    caller as an EngineError; stop() then stops the orphaned engine core and everything
+    else of the group, and nothing answers on the port. (The next server this suite
+    starts, `kalypso engine serve` below, checks that nothing was left held.)"""
     from kalypso.engine.vllm_http import HTTPVLLMEngine
 
     monkeypatch.setenv(ADMIN_ENV_VAR, "1")
@@ -154,17 +157,20 @@ async def test_server_group_stops_after_its_leader_was_killed_and_has_no_admin_e
         for path in ("/collective_rpc", "/server_info", "/reset_prefix_cache"):
             response = httpx.post(f"{server.base_url}{path}", json={"method": "noop"}, timeout=10)
             assert response.status_code == 404, path
+        with pytest.raises(EngineError, match=r"does not serve model 'other'.*kalypso-smollm2"):
+            await HTTPVLLMEngine.connect(server.base_url, "other")
         engine = await HTTPVLLMEngine.connect(server.base_url)
         try:
             with pytest.raises(UnsupportedFeatureError, match="--admin-endpoints"):
                 await engine.reset_prefix_cache()
-            result = await engine.generate(GenerateRequest("alive", tuple(range(100, 140)), 2))
-            assert result.output_tokens >= 1
+            members = psutil.Process(pgid).children(recursive=True)
+            assert members, "the API server has no engine core process"
+            in_flight = await start_long_request(engine)
+            os.kill(pgid, signal.SIGKILL)  # the API server alone
+            with pytest.raises(EngineError, match="doomed"):
+                await in_flight
         finally:
             await engine.close()
-        members = psutil.Process(pgid).children(recursive=True)
-        assert members, "the API server has no engine core process"
-        os.kill(pgid, signal.SIGKILL)
         server.process.wait(timeout=30)
         # vLLM's engine core outlives its API server (observed: more than 10 s), orphaned
         assert process_group_alive(pgid)

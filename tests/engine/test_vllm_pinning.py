@@ -3,7 +3,8 @@
 model and the conformance suite's tiny KV cache (16 blocks of 128 tokens).
 
 One engine at a time: the fixture is module-scoped and parametrized, so pytest runs every
-test of one backend before starting the next.
+test of one backend before starting the next. A few tests of the scheduler's own rules run
+in-process only (``in_process_only``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 PinningEngine = LocalVLLMEngine | HTTPVLLMEngine
 START_RETRY_DELAY_S = 60.0
+
+in_process_only = pytest.mark.parametrize("engine", ["vllm-local"], indirect=True)
+"""For a test of the scheduler's own rule (what is evicted, how many blocks a pin holds),
+which reaches it the same way in-process and over HTTP: the HTTP engine's part (pin keys
+and their options sent with requests, the control requests, the stats) is tested by the
+others, on both."""
 
 
 def _pinning_settings() -> VLLMSettings:
@@ -127,6 +134,7 @@ async def _wait_stats(
         await asyncio.sleep(0.005)
 
 
+@in_process_only
 async def test_unpinned_prefix_is_evicted_by_overflow(clean: PinningEngine) -> None:
     block = clean.capacity.block_size_tokens
     prefix = _tokens(clean, 10, 4 * block)
@@ -153,6 +161,7 @@ async def test_pinned_prefix_survives_overflow_until_unpinned(clean: PinningEngi
     assert await _cached(engine, prefix, 24) == 0
 
 
+@in_process_only
 async def test_pin_blocks_pins_only_the_leading_blocks(clean: PinningEngine) -> None:
     engine = clean
     block = engine.capacity.block_size_tokens
@@ -164,6 +173,7 @@ async def test_pin_blocks_pins_only_the_leading_blocks(clean: PinningEngine) -> 
     await engine.unpin("part")
 
 
+@in_process_only
 async def test_soft_pin_outlives_lru_eviction_and_gives_way_to_a_request_needing_its_blocks(
     clean: PinningEngine,
 ) -> None:

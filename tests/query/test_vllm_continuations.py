@@ -14,7 +14,7 @@ were within ``NEAR_TIE_NATS`` of each other; such a position is reported.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
 
 import pandas as pd
 import pytest
@@ -23,24 +23,18 @@ import kalypso
 from kalypso.datasets.reviews import load_bundled
 from kalypso.engine.protocol import GenerateRequest, GenerateResult
 from kalypso.engine.vllm_local import LocalVLLMEngine
-from tests.conftest import deterministic_vllm_settings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-KV_BLOCKS = 16  # 2,048 tokens
 NEAR_TIE_NATS = 0.1
 ANSWER_TOKENS = 48
 CUTS_TOKENS = (1, 8, 20, 47)  # where the first request stops
 
 
 @pytest.fixture(scope="module")
-async def engine() -> AsyncIterator[LocalVLLMEngine]:
-    settings = deterministic_vllm_settings(KV_BLOCKS, max_num_seqs=4)
-    eng = await LocalVLLMEngine.start(settings)
-    try:
-        yield eng
-    finally:
-        await eng.close()
+def engine(roomy_vllm: LocalVLLMEngine) -> LocalVLLMEngine:
+    """The suite's shared engine: every review's prompt and running calls fit its cache."""
+    return roomy_vllm
 
 
 @pytest.fixture(scope="module")
@@ -75,46 +69,66 @@ def assert_equal_but_near_ties(
     near_ties.append(f"{what}: token {position}, margin {margin:.3f} nats")
 
 
+async def _continued_against_whole(
+    engine: LocalVLLMEngine, prompt: tuple[int, ...], name: str, near_ties: list[str]
+) -> int:
+    """One uninterrupted call, then the same call cut at each of ``CUTS_TOKENS`` and
+    continued: each joined output against the uninterrupted one. The calls compared."""
+    whole = await engine.generate(
+        GenerateRequest(f"whole-{name}", prompt, ANSWER_TOKENS, ignore_eos=True, logprobs=2)
+    )
+    assert len(whole.output_token_ids) == ANSWER_TOKENS
+    for cut in CUTS_TOKENS:
+        first = await engine.generate(
+            GenerateRequest(f"first-{name}-{cut}", prompt, cut, ignore_eos=True)
+        )
+        rest = await engine.generate(
+            GenerateRequest(
+                f"rest-{name}-{cut}",
+                prompt + first.output_token_ids,
+                ANSWER_TOKENS - cut,
+                ignore_eos=True,
+            )
+        )
+        assert rest.cached_tokens > 0, "the continuation should find its prompt cached"
+        joined = first.output_token_ids + rest.output_token_ids
+        assert len(joined) == ANSWER_TOKENS
+        assert_equal_but_near_ties(whole, joined, f"review {name} cut {cut}", near_ties)
+    return len(CUTS_TOKENS)
+
+
 async def test_a_continued_call_equals_one_uninterrupted_call(
     engine: LocalVLLMEngine, reviews: pd.DataFrame
 ) -> None:
+    """The reviews run side by side (a batch as wide as the engine's ``max_num_seqs``),
+    each its uninterrupted call and then its cuts, one after the other."""
     tokenizer = engine.tokenizer
     near_ties: list[str] = []
-    compared = 0
-    for row in reviews.itertuples():
-        text = tokenizer.render_chat(
-            [("user", f"Summarise this review in two sentences.\n\n{row.text}")],
-            add_generation_prompt=True,
-        )
-        prompt = tuple(tokenizer.encode(text))
-        await engine.reset_prefix_cache()
-        whole = await engine.generate(
-            GenerateRequest(
-                f"whole-{row.review_id}", prompt, ANSWER_TOKENS, ignore_eos=True, logprobs=2
-            )
-        )
-        assert len(whole.output_token_ids) == ANSWER_TOKENS
-        for cut in CUTS_TOKENS:
-            first = await engine.generate(
-                GenerateRequest(f"first-{row.review_id}-{cut}", prompt, cut, ignore_eos=True)
-            )
-            rest = await engine.generate(
-                GenerateRequest(
-                    f"rest-{row.review_id}-{cut}",
-                    prompt + first.output_token_ids,
-                    ANSWER_TOKENS - cut,
-                    ignore_eos=True,
+    prompts = {
+        str(row.review_id): tuple(
+            tokenizer.encode(
+                tokenizer.render_chat(
+                    [("user", f"Summarise this review in two sentences.\n\n{row.text}")],
+                    add_generation_prompt=True,
                 )
             )
-            assert rest.cached_tokens > 0, "the continuation should find its prompt cached"
-            joined = first.output_token_ids + rest.output_token_ids
-            assert len(joined) == ANSWER_TOKENS
-            assert_equal_but_near_ties(
-                whole, joined, f"review {row.review_id} cut {cut}", near_ties
-            )
-            compared += 1
-    assert compared == len(reviews) * len(CUTS_TOKENS)
-    print(f"{compared} continued calls compared; near-ties: {near_ties or 'none'}")
+        )
+        for row in reviews.itertuples()
+    }
+    # the cache holds every review's prompt and running calls at once: no continuation
+    # finds its prompt evicted
+    assert sum(len(p) + ANSWER_TOKENS for p in prompts.values()) * 2 < (
+        engine.capacity.total_tokens
+    )
+    await engine.reset_prefix_cache()
+    compared = await asyncio.gather(
+        *(
+            _continued_against_whole(engine, prompt, name, near_ties)
+            for name, prompt in prompts.items()
+        )
+    )
+    assert sum(compared) == len(reviews) * len(CUTS_TOKENS)
+    print(f"{sum(compared)} continued calls compared; near-ties: {near_ties or 'none'}")
 
 
 async def test_a_query_that_continues_answers_like_one_that_runs_at_the_cap(

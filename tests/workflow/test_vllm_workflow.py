@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pandas as pd
@@ -21,12 +20,11 @@ from kalypso import KVLedger, QueryError
 from kalypso import workflow as wf
 from kalypso.batch import arun_batch
 from kalypso.engine.vllm_local import LocalVLLMEngine
-from tests.conftest import deterministic_vllm_settings, poll_stats_until
+from tests.conftest import poll_stats_until
 from tests.workflow.flows import debate, read_then_answer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-KV_BLOCKS = 24  # 3,072 tokens: every prompt here at once, so nothing is evicted
 QUESTIONS = [f"What is {i} plus {i}?" for i in range(3)]
 DOCS = [
     f"Filing {i}. "
@@ -36,12 +34,9 @@ DOCS = [
 
 
 @pytest.fixture(scope="module")
-async def engine() -> AsyncIterator[LocalVLLMEngine]:
-    eng = await LocalVLLMEngine.start(deterministic_vllm_settings(KV_BLOCKS, max_num_seqs=8))
-    try:
-        yield eng
-    finally:
-        await eng.close()
+def engine(roomy_vllm: LocalVLLMEngine) -> LocalVLLMEngine:
+    """The suite's shared engine: every prompt here fits its cache at once."""
+    return roomy_vllm
 
 
 async def _debate(engine: LocalVLLMEngine, **options: object) -> wf.WorkflowResult:
