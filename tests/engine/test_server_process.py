@@ -1,10 +1,12 @@
 """Server processes: the whole process group stops even when its leader already died, the
-server dies with the Python process that started it (Linux), its death reaches the
-caller, and vLLM's admin endpoints are off unless asked for."""
+server dies with the Python process that started it (Linux), `kalypso engine serve`
+prints the cost model and stops everything on SIGTERM, which reaches a caller mid-request,
+and vLLM's admin endpoints are off unless asked for."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import signal
@@ -27,7 +29,7 @@ from kalypso.engine.vllm_server import (
     process_group_alive,
     stop_process_group,
 )
-from tests.conftest import conformance_vllm_settings, start_long_request
+from tests.conftest import start_long_request
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -139,67 +141,34 @@ def test_engine_serve_enables_admin_endpoints_only_when_asked(
 
 
 @pytest.mark.vllm
-async def test_a_server_refuses_a_wrong_model_and_its_death_reaches_the_caller_and_stops_all(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """One real server, started without admin endpoints (even when this process's
-    environment asks for them): they answer 404, and a client naming another model is
-    refused with the one served. SIGKILL of the API server mid-request reaches the
-    caller as an EngineError; stop() then stops the orphaned engine core and everything
-    else of the group, and nothing answers on the port. (The next server this suite
-    starts, `kalypso engine serve` below, checks that nothing was left held.)"""
+async def test_engine_serve_prints_its_model_and_sigterm_stops_all_and_reaches_the_caller() -> None:
+    """One real server, started by `kalypso engine serve` with this process's environment
+    asking for admin endpoints: it prints the server's cost model; the admin endpoints
+    answer 404 (they are off unless `--admin-endpoints`); a client naming another model is
+    refused with the one served. SIGTERM mid-request stops the server and everything it
+    started, the request fails with an EngineError naming it, the command exits 0, and
+    nothing answers on the port. (A group whose leader died first is stopped too:
+    test_stop_process_group_stops_children_of_a_dead_leader.)"""
     from kalypso.engine.vllm_http import HTTPVLLMEngine
-
-    monkeypatch.setenv(ADMIN_ENV_VAR, "1")
-    server = VLLMServer.start(conformance_vllm_settings())
-    pgid = server.pid
-    try:
-        for path in ("/collective_rpc", "/server_info", "/reset_prefix_cache"):
-            response = httpx.post(f"{server.base_url}{path}", json={"method": "noop"}, timeout=10)
-            assert response.status_code == 404, path
-        with pytest.raises(EngineError, match=r"does not serve model 'other'.*kalypso-smollm2"):
-            await HTTPVLLMEngine.connect(server.base_url, "other")
-        engine = await HTTPVLLMEngine.connect(server.base_url)
-        try:
-            with pytest.raises(UnsupportedFeatureError, match="--admin-endpoints"):
-                await engine.reset_prefix_cache()
-            members = psutil.Process(pgid).children(recursive=True)
-            assert members, "the API server has no engine core process"
-            in_flight = await start_long_request(engine)
-            os.kill(pgid, signal.SIGKILL)  # the API server alone
-            with pytest.raises(EngineError, match="doomed"):
-                await in_flight
-        finally:
-            await engine.close()
-        server.process.wait(timeout=30)
-        # vLLM's engine core outlives its API server (observed: more than 10 s), orphaned
-        assert process_group_alive(pgid)
-    finally:
-        server.stop()
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pgid, 0)
-    for member in members:
-        assert _wait_gone(member.pid, 1.0), f"{member} survived stop()"
-    with pytest.raises(EngineError):
-        await HTTPVLLMEngine.connect(server.base_url)
-
-
-@pytest.mark.vllm
-def test_engine_serve_prints_the_servers_cost_model_and_stops_on_sigterm() -> None:
-    """`kalypso engine serve` measures (or reads) the running server's cost model and
-    prints it; SIGTERM stops the server and everything it started."""
     from kalypso.engine.vllm_server import free_port
 
     port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "kalypso.cli", "engine", "serve", "--port", str(port),
                "--deterministic", "--kv-cache-bytes", "64MiB", "--max-num-seqs", "8"]  # fmt: skip
-    serve = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    serve = subprocess.Popen(
+        command,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, ADMIN_ENV_VAR: "1"},
+    )
     assert serve.stderr is not None
     lines: list[str] = []
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not any("cost model:" in x for x in lines):
-            line = serve.stderr.readline()
+            line = await asyncio.to_thread(serve.stderr.readline)
             if not line:
                 break
             lines.append(line)
@@ -207,9 +176,29 @@ def test_engine_serve_prints_the_servers_cost_model_and_stops_on_sigterm() -> No
         assert "ms a step" in model and "us a prefill token" in model, "".join(lines[-20:])
         assert "at most 2,048 tokens and 8 sequences a step" in model
         server_pid = int(next(x for x in lines if "(pid " in x).split("(pid ")[1].split(",")[0])
-        serve.send_signal(signal.SIGTERM)
-        assert serve.wait(timeout=120) == 0
+        members = psutil.Process(server_pid).children(recursive=True)
+        assert members, "the API server has no engine core process"
+        for path in ("/collective_rpc", "/server_info", "/reset_prefix_cache"):
+            response = httpx.post(f"{base_url}{path}", json={"method": "noop"}, timeout=10)
+            assert response.status_code == 404, path
+        with pytest.raises(EngineError, match=r"does not serve model 'other'.*kalypso-smollm2"):
+            await HTTPVLLMEngine.connect(base_url, "other")
+        engine = await HTTPVLLMEngine.connect(base_url)
+        try:
+            with pytest.raises(UnsupportedFeatureError, match="--admin-endpoints"):
+                await engine.reset_prefix_cache()
+            in_flight = await start_long_request(engine)
+            serve.send_signal(signal.SIGTERM)
+            with pytest.raises(EngineError, match="doomed"):
+                await in_flight
+        finally:
+            await engine.close()
+        assert await asyncio.to_thread(serve.wait, 120) == 0
         assert _wait_gone(server_pid, 30.0)
+        for member in members:
+            assert _wait_gone(member.pid, 30.0), f"{member} survived"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(serve.pid, signal.SIGKILL)
+    with pytest.raises(EngineError):
+        await HTTPVLLMEngine.connect(base_url)
