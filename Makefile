@@ -126,8 +126,7 @@ bench-replicas: setup
 	rm -f $(RESULTS)/replicas-sim.json $(RESULTS)/replicas-cpu-$(HOST_SLUG).json
 	$(BIN)/python -m bench.replicas --out $(RESULTS)/replicas-sim.json
 	$(BIN)/python -m bench.replicas --workloads wf:debate,wf:mapred --out $(RESULTS)/replicas-sim.json
-	$(BIN)/python -m bench.replicas --workloads batch:docqa --profiles qwen3-8b-h100 \
-		--out $(RESULTS)/replicas-sim.json
+	$(BIN)/python -m bench.replicas --workloads batch:docqa --out $(RESULTS)/replicas-sim.json
 	$(BIN)/python -m bench.replicas --workloads medec --rows 4000 --profiles qwen3-8b-h100 \
 		--replicas 1,8 --routers kalypso --kv-fractions 1 --out $(RESULTS)/replicas-sim.json
 	$(BIN)/python -m bench.replicas_cpu --out $(RESULTS)/replicas-cpu-$(HOST_SLUG).json
