@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from kalypso.batch import output
 from kalypso.batch.lower import NODE, Shape, lower_shape, shape_key
@@ -45,27 +45,10 @@ async def run_piece(
     piece: Path,
     hooks: RunHooks | None,
 ) -> BatchResult:
-    """Run ``chunk`` (see :func:`run_chunk`) into the file ``piece``; what it did, as one
-    chunk."""
+    """Run ``chunk``; write a line per request to the file ``piece``, in line order: its
+    number, a tab, ``a`` (answered) or ``e`` (failed), a tab, the output line's JSON.
+    Returns what it did, as one chunk."""
     result = BatchResult(chunks=1)
-    with piece.open("w", encoding="utf-8") as sink:
-        await run_chunk(chunk, engine, options, ledger, cache, owner, sink, result, hooks)
-    return result
-
-
-async def run_chunk(
-    chunk: list[BatchRequest],
-    engine: Engine,
-    options: RunOptions,
-    ledger: KVLedger,
-    cache: PromptResultCache,
-    owner: str,
-    sink: IO[str],
-    result: BatchResult,
-    hooks: RunHooks | None,
-) -> None:
-    """Run ``chunk``; write a line per request to ``sink``, in line order: its number, a
-    tab, ``a`` (answered) or ``e`` (failed), a tab, the output line's JSON."""
     groups: dict[Any, list[BatchRequest]] = {}
     for request in chunk:
         groups.setdefault(shape_key(request), []).append(request)
@@ -106,20 +89,24 @@ async def run_chunk(
             if not outcome.error:
                 result.output_tokens += len(outcome.output_token_ids)
     result.distinct += len(refused)
-    for request in chunk:
-        found = answers.get(request.line)
-        if found is None or found.error:
-            code, message = refused.get(
-                request.line,
-                ("engine_error", (found.error if found else None) or "no answer"),
-            )
-            sink.write(f"{request.line}\te\t{json.dumps(output.failed(request, code, message))}\n")
-            result.failed += 1
-            result.errors[code] = result.errors.get(code, 0) + 1
-            continue
-        answer = output.answered(request, found, engine.tokenizer)
-        sink.write(f"{request.line}\ta\t{json.dumps(answer, ensure_ascii=False)}\n")
-        result.answered += 1
+    with piece.open("w", encoding="utf-8") as sink:
+        for request in chunk:
+            found = answers.get(request.line)
+            if found is None or found.error:
+                code, message = refused.get(
+                    request.line,
+                    ("engine_error", (found.error if found else None) or "no answer"),
+                )
+                sink.write(
+                    f"{request.line}\te\t{json.dumps(output.failed(request, code, message))}\n"
+                )
+                result.failed += 1
+                result.errors[code] = result.errors.get(code, 0) + 1
+                continue
+            answer = output.answered(request, found, engine.tokenizer)
+            sink.write(f"{request.line}\ta\t{json.dumps(answer, ensure_ascii=False)}\n")
+            result.answered += 1
+    return result
 
 
 async def run_shape(
