@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kalypso.core.errors import PlanError, QueryError
+from kalypso.core.replicas import ReplicaSetError
 from kalypso.engine.cost_model import CostModel
 from kalypso.engine.open import parse_size_bytes
 from kalypso.engine.protocol import EngineError
@@ -405,12 +406,13 @@ def sigterm_as_ctrl_c() -> Iterator[list[int]]:
 def run_command(command: Callable[[], int], out: Console) -> int:
     """Run a command's body with SIGTERM treated as Ctrl-C (:func:`sigterm_as_ctrl_c`).
     Returns its exit status; bad input (:class:`PlanError`), a failed run
-    (:class:`QueryError`), an engine or model error prints one line and returns 2,
-    an interrupt returns ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM)."""
+    (:class:`QueryError`, :class:`ReplicaSetError`), an engine or model error prints one
+    line and returns 2, an interrupt returns ``128 + signal`` (130 for Ctrl-C, 143 for
+    SIGTERM)."""
     with sigterm_as_ctrl_c() as received:
         try:
             return command()
-        except (PlanError, QueryError, ModelNotReadyError, EngineError) as exc:
+        except (PlanError, QueryError, ReplicaSetError, ModelNotReadyError, EngineError) as exc:
             out.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             return 2
         except KeyboardInterrupt:

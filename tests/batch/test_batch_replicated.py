@@ -179,3 +179,58 @@ async def test_an_engine_that_dies_fails_a_one_engine_run_and_marks_no_line(
     assert not (tmp_path / "out.jsonl.errors.jsonl").exists()
     kept = [c for c, _, _ in answers(tmp_path / "out.jsonl.part")]
     assert 0 < len(kept) == len(set(kept)) < 80
+
+
+def test_the_command_runs_a_file_on_replicas_and_refuses_bad_replica_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kalypso.cli import main
+
+    source = batch_file(tmp_path / "in.jsonl", documents=6, questions=3)
+    sim = ["--engine", "sim", "--sim-profile", PROFILE, "--no-progress"]
+    one, three = tmp_path / "one.jsonl", tmp_path / "three.jsonl"
+    assert main(["batch", "run", str(source), "-o", str(one), *sim]) == 0
+    assert main(["batch", "run", str(source), "-o", str(three), *sim, "--replicas", "3"]) == 0
+    assert answers(three) == answers(one)
+    shown = capsys.readouterr().err
+    assert "replica set: 3 engines" in shown
+    assert shown.count("units done") == 3
+    for flags, message in (
+        (["--replicas", "0"], "--replicas must be at least 1"),
+        (["--url", "http://127.0.0.1:9"], "--url is for --engine http"),
+    ):
+        out = tmp_path / "refused.jsonl"
+        assert main(["batch", "run", str(source), "-o", str(out), *sim, *flags]) == 2
+        assert message in capsys.readouterr().err
+        assert not out.exists()
+    urls = ["--url", "http://127.0.0.1:9", "--url", "http://127.0.0.1:10"]
+    http = ["--engine", "http", "--no-progress", *urls, "--replicas", "3"]
+    assert main(["batch", "run", str(source), "-o", str(tmp_path / "x.jsonl"), *http]) == 2
+    assert "--replicas 3 with 2 --url servers" in capsys.readouterr().err
+
+
+async def test_opening_replicas_closes_those_opened_when_one_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kalypso.engine import open as opening
+    from kalypso.engine.open import EngineSpec, open_engines
+    from kalypso.engine.protocol import EngineError
+
+    opened: list[SimEngine] = []
+
+    async def open_one(spec: EngineSpec, *, log_path: Path | None = None) -> SimEngine:
+        if len(opened) == 2:
+            raise EngineError(f"cannot reach {spec.url}")
+        opened.append(SimEngine(PROFILE))
+        return opened[-1]
+
+    monkeypatch.setattr(opening, "open_engine", open_one)
+    urls = ["http://a:8000", "http://b:8000", "http://c:8000"]
+    with pytest.raises(EngineError, match="http://c:8000"):
+        await open_engines(EngineSpec(kind="http"), urls=urls)
+    assert len(opened) == 2
+    assert all(engine._closed_reason is not None for engine in opened)  # closed
+    sims = await open_engines(EngineSpec(kind="sim", sim_profile=PROFILE), 3)
+    assert sims[0]._clock is not None
+    assert len({id(engine._clock) for engine in sims}) == 1  # one virtual time
+    assert len({id(engine.tokenizer) for engine in sims}) == 1

@@ -67,3 +67,22 @@ def test_demo_help_lists_its_knobs(capsys: pytest.CaptureFixture[str]) -> None:
         "--plot",
     ):
         assert knob in out, knob
+
+
+def test_a_workflow_runs_on_replicas_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """Trading on 2 simulated replicas (its two days, each placed anew): the first query's
+    outputs as on one engine, and what each replica did."""
+    sim = ["--engine", "sim", "--no-progress"]
+    assert main(["workflow", "run", "trading", *sim]) == 0
+    one = capsys.readouterr().err
+    assert main(["workflow", "run", "trading", *sim, "--replicas", "2", "--explain"]) == 0
+    two = capsys.readouterr().err
+    assert "the plan of one engine; the run places the queries on 2" in two
+    assert "replica set: 2 engines" in two and two.count("units done") == 2
+
+    def first_query(err: str) -> list[str]:
+        return [line for line in err.splitlines() if line.startswith("query 0 ")]
+
+    assert first_query(two) == first_query(one) != []
+    assert main(["workflow", "run", "trading", *sim, "--replicas", "0"]) == 2
+    assert "--replicas must be at least 1" in capsys.readouterr().err

@@ -4,6 +4,12 @@ with live progress and a summary.
     kalypso batch run requests.jsonl -o answers.jsonl                  # vLLM on CPU
     kalypso batch run requests.jsonl -o answers.jsonl --engine http --url http://gpu:8000
     kalypso batch run requests.jsonl -o answers.jsonl --engine sim --sim-profile qwen3-8b-h100
+    kalypso batch run requests.jsonl -o answers.jsonl --engine http --url http://gpu0:8000 \
+        --url http://gpu1:8000                       # a replica set: one replica per server
+    kalypso batch run requests.jsonl -o answers.jsonl --engine sim --replicas 4
+
+On several engines the requests that share a document run on one replica
+(:mod:`kalypso.batch.replicated`); the answers are the one-engine run's.
 
 Exit status: 0 when every line was answered, 3 when some failed (they are in the error
 file), 2 when the file was refused (nothing run) or the run failed.
@@ -21,9 +27,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kalypso.batch.reader import check_file
 from kalypso.batch.result import BatchResult
 from kalypso.batch.run import CHUNK_REQUESTS, arun_batch
+from kalypso.core.errors import PlanError
 from kalypso.core.options import WORKFLOW_POLICY, RunOptions
 from kalypso.core.policies import policy_names
-from kalypso.engine.open import add_engine_arguments, engine_spec, open_engine
+from kalypso.core.replicas import ReplicaSet
+from kalypso.engine.open import (
+    add_engine_arguments,
+    close_engines,
+    engine_spec,
+    open_engines,
+    replica_count,
+    replica_urls,
+)
 from kalypso.models import cache_dir
 
 SOME_LINES_FAILED = 3
@@ -40,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=WORKFLOW_POLICY,
         help=f"scheduling policy (default %(default)s; one of {', '.join(policy_names())})",
     )
-    add_engine_arguments(parser)
+    add_engine_arguments(parser, replicas=True)
     parser.add_argument(
         "--chunk-requests",
         type=int,
@@ -55,14 +70,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace, console: Console) -> int:
     """Check the file, open the engine, run, print the summary; the exit status."""
-    summary = check_file(args.input)  # refuse a bad file before starting an engine
+    try:  # refuse bad flags and a bad file before starting engines
+        count = replica_count(args)
+    except ValueError as error:
+        raise PlanError(str(error)) from None
+    summary = check_file(args.input)
     console.print(f"{args.input}: {summary.requests:,} requests for {summary.model}")
     spec = engine_spec(args)
     log_path = None
     if args.engine == "vllm":
         log_path = cache_dir() / "logs" / f"batch-vllm-{int(time.time())}.log"
     options = RunOptions(policy=args.policy, call_timeout_s=args.call_timeout_s)
-    engine = await open_engine(spec, log_path=log_path)
+    engines = await open_engines(spec, count, urls=replica_urls(args), log_path=log_path)
+    target = engines[0] if count == 1 else ReplicaSet(engines)
     try:
         with Progress(
             TextColumn("requests"),
@@ -81,7 +101,7 @@ async def run(args: argparse.Namespace, console: Console) -> int:
             result = await arun_batch(
                 args.input,
                 args.output,
-                engine,
+                target,
                 error_path=args.errors,
                 options=options,
                 chunk_requests=args.chunk_requests,
@@ -89,8 +109,10 @@ async def run(args: argparse.Namespace, console: Console) -> int:
                 index=summary,
             )
     finally:
-        await engine.close()
+        await close_engines(engines)
     console.print(result.summary(), highlight=False, soft_wrap=True)
+    if isinstance(target, ReplicaSet):
+        console.print(target.explain(), highlight=False, markup=False, soft_wrap=True)
     console.print(f"answers: {args.output}")
     if result.failed:
         errors = args.errors or args.output.with_name(args.output.name + ".errors.jsonl")

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,27 @@ class ServerOwningEngine:
             await asyncio.to_thread(self.server.stop)
 
 
+def _sim_engine(spec: EngineSpec, **shared: Any) -> Engine:
+    """The simulator ``spec`` names; ``shared``: a clock, tokenizer and continuations
+    shared with other replicas (see :func:`open_engines`)."""
+    from kalypso.engine.sim import SimEngine
+    from kalypso.engine.sim.outputs import SimOutputModel
+
+    outputs = None
+    if spec.sim_output_tokens is not None:
+        fewest, most = spec.sim_output_tokens
+        outputs = SimOutputModel(min_output_tokens=fewest, max_output_tokens=most)
+    return SimEngine(
+        spec.sim_profile,
+        outputs=outputs,
+        num_blocks=spec.sim_blocks,
+        block_size_tokens=spec.sim_block_size_tokens,
+        waiting_order="lspf" if spec.lspf else "priority",
+        max_num_seqs=spec.sim_max_num_seqs,
+        **shared,
+    )
+
+
 async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engine:
     """The engine ``spec`` names, started or connected. With ``log_path``, vLLM's output
     (start-up logs, warnings, and the engine process's for its whole life) goes to that
@@ -108,21 +131,7 @@ async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engi
 
         settings = VLLMSettings(**{**settings.__dict__, "scheduler_cls": LSPF_SCHEDULER_CLS})
     if spec.kind == "sim":
-        from kalypso.engine.sim import SimEngine
-        from kalypso.engine.sim.outputs import SimOutputModel
-
-        outputs = None
-        if spec.sim_output_tokens is not None:
-            fewest, most = spec.sim_output_tokens
-            outputs = SimOutputModel(min_output_tokens=fewest, max_output_tokens=most)
-        return SimEngine(
-            spec.sim_profile,
-            outputs=outputs,
-            num_blocks=spec.sim_blocks,
-            block_size_tokens=spec.sim_block_size_tokens,
-            waiting_order="lspf" if spec.lspf else "priority",
-            max_num_seqs=spec.sim_max_num_seqs,
-        )
+        return _sim_engine(spec)
     if spec.kind == "vllm":
         with output_to(log_path):
             from kalypso.engine.vllm_local import LocalVLLMEngine
@@ -157,7 +166,73 @@ async def open_engine(spec: EngineSpec, *, log_path: Path | None = None) -> Engi
     return ServerOwningEngine(engine, server)
 
 
-__all__ = ["ENGINE_KINDS", "EngineError", "EngineSpec", "ServerOwningEngine", "open_engine"]
+async def open_engines(
+    spec: EngineSpec,
+    count: int = 1,
+    *,
+    urls: Sequence[str] = (),
+    log_path: Path | None = None,
+) -> list[Engine]:
+    """The engines of a replica set: one per URL of ``urls`` (running servers, an
+    existing fleet; ``spec.kind`` must be ``"http"``), else ``count`` engines of ``spec``.
+    Simulators share one virtual clock (they run side by side, as replicas on their own
+    GPUs do), one tokenizer and one record of cut answers; vLLM engines and servers are
+    started one after another, each logging to ``log_path`` with ``-r<N>`` before its
+    suffix. Either every engine is returned or none is left open.
+
+    Raises:
+        ValueError: ``count`` < 1, or ``urls`` with another kind or another count.
+        EngineError: an engine could not be started or reached.
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    if urls and spec.kind != "http":
+        raise ValueError(f"server URLs are for the http engine, not {spec.kind!r}")
+    if urls and count not in (1, len(urls)):
+        raise ValueError(f"{len(urls)} server URLs for {count} replicas")
+    if spec.kind == "sim" and count > 1:
+        from kalypso.engine.sim.clock import SharedClock
+        from kalypso.engine.sim.tokenizer import WordTokenizer
+
+        shared: dict[str, Any] = {
+            "clock": SharedClock(),
+            "tokenizer": WordTokenizer(),
+            "continuations": {},
+        }
+        return [_sim_engine(spec, **shared) for _ in range(count)]
+    specs = [replace(spec, url=url) for url in urls] or [spec] * count
+    opened: list[Engine] = []
+    try:
+        for number, one in enumerate(specs):
+            log = log_path
+            if log_path is not None and len(specs) > 1:
+                log = log_path.with_name(f"{log_path.stem}-r{number}{log_path.suffix}")
+            opened.append(await open_engine(one, log_path=log))
+    except BaseException:
+        with contextlib.suppress(Exception):  # the start's own error is the one to raise
+            await close_engines(opened)
+        raise
+    return opened
+
+
+async def close_engines(engines: Sequence[Engine]) -> None:
+    """Close every engine of ``engines``, even when one fails to; the first error is
+    raised after all were tried."""
+    closed = await asyncio.gather(*(engine.close() for engine in engines), return_exceptions=True)
+    for outcome in closed:
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+__all__ = [
+    "ENGINE_KINDS",
+    "EngineError",
+    "EngineSpec",
+    "ServerOwningEngine",
+    "close_engines",
+    "open_engine",
+    "open_engines",
+]
 
 
 def parse_size_bytes(text: str) -> int:
@@ -177,11 +252,29 @@ def parse_size_bytes(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (try 64MiB)") from None
 
 
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+def add_engine_arguments(parser: argparse.ArgumentParser, *, replicas: bool = False) -> None:
     """The flags that choose an engine, for commands that run on one (``kalypso workflow
-    run``, ``kalypso batch run``); :func:`engine_spec` reads them."""
+    run``, ``kalypso batch run``); :func:`engine_spec` reads them. With ``replicas``,
+    ``--replicas N`` and a repeatable ``--url`` choose several (:func:`replica_count`,
+    :func:`replica_urls`)."""
     parser.add_argument("--engine", choices=ENGINE_KINDS, default="vllm")
-    parser.add_argument("--url", default=None, help="a running vLLM server (with --engine http)")
+    if replicas:
+        parser.add_argument(
+            "--url",
+            action="append",
+            default=None,
+            help="a running vLLM server (with --engine http); repeat it for a replica set",
+        )
+        parser.add_argument(
+            "--replicas",
+            type=int,
+            default=None,
+            help="run on this many engines of --engine (default 1, or one per --url)",
+        )
+    else:
+        parser.add_argument(
+            "--url", default=None, help="a running vLLM server (with --engine http)"
+        )
     parser.add_argument("--sim-profile", default="qwen3-8b-h100")
     parser.add_argument(
         "--kv-cache-bytes",
@@ -200,6 +293,36 @@ def engine_spec(args: argparse.Namespace) -> EngineSpec:
         block_size_tokens=args.block_size,
         deterministic=args.deterministic,
     )
+    urls = replica_urls(args)
     return EngineSpec(
-        kind=args.engine, settings=settings, url=args.url, sim_profile=args.sim_profile
+        kind=args.engine,
+        settings=settings,
+        url=urls[0] if len(urls) == 1 else None,
+        sim_profile=args.sim_profile,
     )
+
+
+def replica_urls(args: argparse.Namespace) -> list[str]:
+    """The servers :func:`add_engine_arguments`' ``--url`` named (none, one or several)."""
+    urls = args.url
+    if urls is None:
+        return []
+    return [urls] if isinstance(urls, str) else list(urls)
+
+
+def replica_count(args: argparse.Namespace) -> int:
+    """How many engines the flags ask for: ``--replicas``, else one per ``--url``, else 1.
+
+    Raises:
+        ValueError: ``--replicas`` below 1, or URLs given with another engine kind or a
+            count other than theirs.
+    """
+    urls = replica_urls(args)
+    count = getattr(args, "replicas", None)
+    if count is not None and count < 1:
+        raise ValueError(f"--replicas must be at least 1, got {count}")
+    if urls and args.engine != "http":
+        raise ValueError(f"--url is for --engine http, not --engine {args.engine}")
+    if urls and count is not None and count != len(urls):
+        raise ValueError(f"--replicas {count} with {len(urls)} --url servers")
+    return count or max(1, len(urls))

@@ -6,6 +6,7 @@ view and a per-node report.
     kalypso workflow run mapred --engine sim --scale paper --sim-profile qwen3-8b-h100
     kalypso workflow run debate --explain             # print the plan, then run it
     kalypso workflow explain trading --engine sim     # the plan only: nothing is run
+    kalypso workflow run mapred --engine sim --scale paper --replicas 4   # a replica set
 """
 
 from __future__ import annotations
@@ -18,10 +19,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from kalypso.core.errors import PlanError
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import policy_names
+from kalypso.core.replicas import ReplicaSet
 from kalypso.core.result_cache import PromptResultCache
-from kalypso.engine.open import add_engine_arguments, engine_spec, open_engine
+from kalypso.engine.open import (
+    add_engine_arguments,
+    close_engines,
+    engine_spec,
+    open_engines,
+    replica_count,
+    replica_urls,
+)
 from kalypso.models import cache_dir
 from kalypso.workflow.library import BUILDERS, workload
 from kalypso.workflow.plan import WorkflowOptions, plan
@@ -38,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"scheduling policy (default %(default)s; one of {', '.join(policy_names())})",
     )
     parser.add_argument("--scale", choices=("small", "paper"), default="small")
-    add_engine_arguments(parser)
+    add_engine_arguments(parser, replicas=True)
     for switch, what in (
         ("merge", "common-subgraph elimination"),
         ("result-cache", "the prompt/result cache"),
@@ -112,15 +122,26 @@ async def run(args: argparse.Namespace, console: Console, *, execute: bool = Tru
         system_prompt="",
         kv_overcommit=args.kv_overcommit,
     )
+    try:  # refuse bad flags before starting engines
+        count = replica_count(args)
+    except ValueError as error:
+        raise PlanError(str(error)) from None
     log_path = None
     if args.engine != "sim" and not args.verbose:
         log_path = cache_dir() / "logs" / f"workflow-vllm-{int(time.time())}.log"
-    engine = await open_engine(spec, log_path=log_path)
+    engines = await open_engines(spec, count, urls=replica_urls(args), log_path=log_path)
     if log_path is not None:
         console.print(f"vLLM's log: {log_path}")
+    # replicas place the queries themselves and keep no cache across the days
+    replicas = ReplicaSet(engines) if count > 1 else None
+    engine = engines[0]
+    cache = PromptResultCache(engine.name) if replicas is None else None
+    simulated = args.engine == "sim"
+
+    def now_s() -> float:  # virtual time on the simulator: the latest replica's
+        return max(e.now_s for e in engines) if simulated else time.monotonic()  # type: ignore[attr-defined]
+
     try:
-        cache = PromptResultCache(engine.name)
-        clock = getattr(engine, "now_s", None)
         result = None
         for number, (flow, inputs) in enumerate(zip(job.workflows, job.inputs, strict=True)):
             if len(job.workflows) > 1:
@@ -129,6 +150,8 @@ async def run(args: argparse.Namespace, console: Console, *, execute: bool = Tru
                     + (" (timed)" if flow is job.workflows[-1] else " (warms the caches)")
                 )
             if args.explain or not execute:
+                if replicas is not None:
+                    console.print(f"the plan of one engine; the run places the queries on {count}")
                 console.print(
                     plan(flow, engine, inputs, options, workflow_options=switches).explain(),
                     markup=False,
@@ -137,16 +160,18 @@ async def run(args: argparse.Namespace, console: Console, *, execute: bool = Tru
                 )
             if not execute:
                 continue
-            started = time.monotonic() if clock is None else engine.now_s  # type: ignore[attr-defined]
+            started = now_s()
             result = await arun(
-                flow, engine, inputs, options, workflow_options=switches, cache=cache
+                flow, replicas or engine, inputs, options, workflow_options=switches, cache=cache
             )
-            ended = time.monotonic() if clock is None else engine.now_s  # type: ignore[attr-defined]
+            ended = now_s()
             console.print(f"  {result.summary()}")
             if number + 1 == len(job.workflows):
                 console.print(f"  engine time: {ended - started:.2f} s")
     finally:
-        await engine.close()
+        await close_engines(engines)
+    if replicas is not None and result is not None:
+        console.print(replicas.explain(), markup=False, highlight=False, soft_wrap=True)
     if result is None:
         return 0
     console.print(node_report(result))
