@@ -34,7 +34,7 @@ from rich.markup import escape
 from kalypso.core.errors import PlanError, QueryError
 from kalypso.core.replicas import ReplicaSetError
 from kalypso.engine.cost_model import CostModel
-from kalypso.engine.open import parse_size_bytes
+from kalypso.engine.open import EngineFlagsError, parse_size_bytes
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.quiet import output_to
 from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings, calibration_key
@@ -405,14 +405,21 @@ def sigterm_as_ctrl_c() -> Iterator[list[int]]:
 
 def run_command(command: Callable[[], int], out: Console) -> int:
     """Run a command's body with SIGTERM treated as Ctrl-C (:func:`sigterm_as_ctrl_c`).
-    Returns its exit status; bad input (:class:`PlanError`), a failed run
-    (:class:`QueryError`, :class:`ReplicaSetError`), an engine or model error prints one
-    line and returns 2, an interrupt returns ``128 + signal`` (130 for Ctrl-C, 143 for
-    SIGTERM)."""
+    Returns its exit status; bad input (:class:`PlanError`, :class:`EngineFlagsError`), a
+    failed run (:class:`QueryError`, :class:`ReplicaSetError`), an engine or model error
+    prints one line and returns 2, an interrupt returns ``128 + signal`` (130 for Ctrl-C,
+    143 for SIGTERM)."""
     with sigterm_as_ctrl_c() as received:
         try:
             return command()
-        except (PlanError, QueryError, ReplicaSetError, ModelNotReadyError, EngineError) as exc:
+        except (
+            PlanError,
+            QueryError,
+            ReplicaSetError,
+            EngineFlagsError,
+            ModelNotReadyError,
+            EngineError,
+        ) as exc:
             out.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             return 2
         except KeyboardInterrupt:

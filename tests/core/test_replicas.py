@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -67,6 +67,51 @@ def test_every_unit_runs_exactly_once_under_random_speeds_and_failures(
         merged = [index for result in results for index in result.value]
         assert sorted(merged) == list(range(units))
         assert sum(r.units_done for r in replicas.replicas) == units
+
+    asyncio.run(main())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    speeds=st.lists(st.integers(min_value=1, max_value=20), min_size=1, max_size=5),
+    runs=st.lists(st.integers(min_value=0, max_value=40), min_size=2, max_size=4),
+    failing=st.sets(st.integers(min_value=0, max_value=4)),
+    fail_after=st.integers(min_value=0, max_value=3),
+)
+def test_runs_at_once_on_one_set_each_run_every_unit_once(
+    speeds: list[int], runs: list[int], failing: set[int], fail_after: int
+) -> None:
+    """Several runs share the set (a job server's jobs): a replica that fails in one is
+    retired in all, and its queued units of every run move to the live replicas."""
+    failing = {f for f in failing if f < len(speeds)}
+    replicas = ReplicaSet(engines(len(speeds)), chunk_divisor=3)
+    ran: list[Counter[int]] = [Counter() for _ in runs]
+    chunks_by: Counter[int] = Counter()
+
+    def runner(run: int) -> Callable[[Replica, Sequence[Unit]], Awaitable[None]]:
+        async def run_chunk(replica: Replica, chunk: Sequence[Unit]) -> None:
+            chunks_by[replica.number] += 1
+            await asyncio.sleep(0.0001 * speeds[replica.number] * len(chunk))
+            if replica.number in failing and chunks_by[replica.number] > fail_after:
+                raise EngineError(f"replica {replica.number} died")
+            ran[run].update(unit.index for unit in chunk)
+
+        return run_chunk
+
+    async def one(run: int, units: int) -> bool:
+        work = [Unit(i, affinity=i % 4, weight=1 + i % 2) for i in range(units)]
+        try:
+            await replicas.map_units(work, runner(run))
+        except ReplicaSetError:
+            return False
+        assert ran[run] == Counter(range(units))
+        return True
+
+    async def main() -> None:
+        finished = await asyncio.gather(*(one(r, units) for r, units in enumerate(runs)))
+        assert all(count == 1 for counts in ran for count in counts.values())
+        if not all(finished):
+            assert not replicas.live  # a run fails only when no replica is left
 
     asyncio.run(main())
 

@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 from sqlalchemy import create_engine, make_url, text
 
+from kalypso.engine.open import close_engines
 from kalypso.engine.protocol import Engine
 from kalypso.engine.sim import SimEngine
 from kalypso.service import Database, ServiceSettings, create_app
@@ -73,30 +74,29 @@ class LiveServer:
 
 def start_server(
     database: Database,
-    make_engine: Callable[[], Engine],
+    make_engine: Callable[[], Engine | list[Engine]],
     settings: ServiceSettings | None = None,
 ) -> LiveServer:
-    """Start uvicorn in a thread with its own event loop; the engine is made on that loop
-    and closed when the server stops."""
+    """Start uvicorn in a thread with its own event loop; the engine (or the replicas'
+    engines) is made on that loop and closed when the server stops."""
     port = free_port()
     ready = threading.Event()
     holder: dict[str, Any] = {}
 
     def serve() -> None:
         async def main() -> None:
-            engine = make_engine()
-            app = create_app(
-                database, engine, settings or ServiceSettings(progress_interval_s=0.05)
-            )
+            made = make_engine()
+            engines = made if isinstance(made, list) else [made]
+            app = create_app(database, made, settings or ServiceSettings(progress_interval_s=0.05))
             config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
             server = uvicorn.Server(config)
             server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-            holder.update(engine=engine, app=app, server=server)
+            holder.update(engine=engines[0], app=app, server=server)
             ready.set()
             try:
                 await server.serve()
             finally:
-                await engine.close()
+                await close_engines(engines)
 
         try:
             asyncio.run(main())

@@ -27,7 +27,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kalypso.batch.reader import check_file
 from kalypso.batch.result import BatchResult
 from kalypso.batch.run import CHUNK_REQUESTS, arun_batch
-from kalypso.core.errors import PlanError
 from kalypso.core.options import WORKFLOW_POLICY, RunOptions
 from kalypso.core.policies import policy_names
 from kalypso.core.replicas import ReplicaSet
@@ -70,10 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def run(args: argparse.Namespace, console: Console) -> int:
     """Check the file, open the engine, run, print the summary; the exit status."""
-    try:  # refuse bad flags and a bad file before starting engines
-        count = replica_count(args)
-    except ValueError as error:
-        raise PlanError(str(error)) from None
+    count = replica_count(args)  # bad flags are refused before anything starts
     summary = check_file(args.input)
     console.print(f"{args.input}: {summary.requests:,} requests for {summary.model}")
     spec = engine_spec(args)

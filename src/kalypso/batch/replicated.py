@@ -112,7 +112,7 @@ async def run_on_replicas(
                 number = next(numbers)
                 piece = folder / f"r{replica.number}-chunk-{number}.tsv"
                 requests = index.read(u.index for u in order[start : start + chunk_requests])
-                owner = f"b{batch_id}r{replica.number}c{number}"
+                owner = f"{batch_id}.r{replica.number}.c{number}"
                 counts = await run_piece(
                     requests, replica.engine, options, replica.ledger, cache, owner, piece, hooks
                 )

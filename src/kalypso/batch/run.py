@@ -96,7 +96,7 @@ async def arun_batch(
     result = BatchResult(model=index.model)
     first_engine = engine.engines[0] if isinstance(engine, ReplicaSet) else engine
     cache = PromptResultCache(first_engine.name)
-    batch_id = uuid.uuid4().hex[:8]
+    batch_id = base.query_id or f"b{uuid.uuid4().hex[:8]}"  # its pieces: <batch_id>.c<n>
 
     def progress() -> None:
         result.time_s = time.monotonic() - started
@@ -124,7 +124,7 @@ async def arun_batch(
                 ledger = ledger if ledger is not None else KVLedger(engine.capacity.num_blocks)
                 for number, chunk in enumerate(index.chunks(chunk_requests)):
                     piece = Path(tmp) / f"chunk-{number}.tsv"
-                    owner = f"b{batch_id}c{number}"
+                    owner = f"{batch_id}.c{number}"
                     result.add(
                         await run_piece(
                             chunk, engine, run_options, ledger, cache, owner, piece, hooks

@@ -194,6 +194,16 @@ class KVLedger:
         """Blocks ``owner`` holds now."""
         return self._held.get(owner, 0)
 
+    def held_under(self, owner: str) -> int:
+        """Blocks ``owner`` and the owners named ``owner.<part>`` (its chunks on a replica
+        set, its batch file's pieces) hold now."""
+        prefix = owner + "."
+        return sum(
+            blocks
+            for name, blocks in self._held.items()
+            if name == owner or name.startswith(prefix)
+        )
+
     def reserve(self, owner: str, blocks: int) -> None:
         if blocks < 0:
             raise LedgerError(f"reserving {blocks} blocks")

@@ -25,6 +25,10 @@ run.
   see :func:`replica_failed`) retires its replica: the chunk's units and the rest of its
   queue are placed on the live replicas again. The run fails only when no replica is
   left, or on a user error (a Python step that raised), which any replica would repeat.
+* **Several runs at once** (a job server's jobs) share the set: each
+  :meth:`ReplicaSet.map_units` call has its own queues, every run's chunks on a replica
+  share its ledger, and a replica that fails in one run is retired in all, its queued
+  units of each run placed on the live replicas.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ class Replica:
     Attributes:
         number: its position in the set.
         engine: the engine.
-        ledger: the KV ledger of its runs (chunks in flight share it).
+        ledger: the KV ledger of its runs (chunks in flight share it, of every run).
         alive: False once a chunk failed on it with an engine error.
         warm: affinity keys of units it ran (their prefixes may still be cached).
         units_done: units of chunks that completed on it.
@@ -87,14 +91,23 @@ class Replica:
     ledger: KVLedger
     alive: bool = True
     warm: set[Hashable] = field(default_factory=set)
-    queue: deque[Unit] = field(default_factory=deque)
     units_done: int = 0
     weight_done: float = 0.0
     stolen_units: int = 0
 
-    @property
-    def queued_weight(self) -> float:
-        return sum(unit.weight for unit in self.queue)
+
+class _Mapping:
+    """The state of one :meth:`ReplicaSet.map_units` call: each replica's queue of its
+    units, and its chunks running. Several calls may run at once on one set (a job server's
+    jobs); each has its own."""
+
+    def __init__(self, replicas: Sequence[Replica]) -> None:
+        self.queues: dict[int, deque[Unit]] = {r.number: deque() for r in replicas}
+        self.running_chunks = 0
+        self.changed = asyncio.Event()
+
+    def weight(self, replica: Replica) -> float:
+        return sum(unit.weight for unit in self.queues[replica.number])
 
 
 @dataclass(frozen=True)
@@ -111,7 +124,9 @@ class ReplicaSet:
 
     Args:
         engines: the replicas' engines, at least one. The set does not close them.
-        chunks_in_flight: chunks each replica runs at once.
+        ledgers: one KV ledger per engine (a host's, with its reserves), shared by every
+            run on the set; default a ledger of each engine's capacity.
+        chunks_in_flight: chunks each replica runs at once, per :meth:`map_units` call.
         min_chunk_units: the fewest units in a chunk (the last of a queue may be fewer).
         chunk_divisor: see the module docstring.
     """
@@ -120,6 +135,7 @@ class ReplicaSet:
         self,
         engines: Sequence[Engine],
         *,
+        ledgers: Sequence[KVLedger] | None = None,
         chunks_in_flight: int = 1,
         min_chunk_units: int = 1,
         chunk_divisor: float = CHUNK_DIVISOR,
@@ -128,15 +144,21 @@ class ReplicaSet:
             raise ValueError("a replica set needs at least one engine")
         if chunks_in_flight < 1 or min_chunk_units < 1 or not chunk_divisor >= 1:
             raise ValueError("chunks_in_flight, min_chunk_units and chunk_divisor must be >= 1")
+        if ledgers is not None and len(ledgers) != len(engines):
+            raise ValueError(f"{len(ledgers)} ledgers for {len(engines)} engines")
         self.replicas = [
-            Replica(number, engine, KVLedger(engine.capacity.num_blocks))
+            Replica(
+                number,
+                engine,
+                ledgers[number] if ledgers else KVLedger(engine.capacity.num_blocks),
+            )
             for number, engine in enumerate(engines)
         ]
         self.chunks_in_flight = chunks_in_flight
         self.min_chunk_units = min_chunk_units
         self.chunk_divisor = chunk_divisor
-        self._running_chunks = 0
-        self._changed = asyncio.Event()
+        self._mappings: list[_Mapping] = []
+        """The :meth:`map_units` calls running (a failed replica's queue in each moves)."""
 
     @property
     def engines(self) -> list[Engine]:
@@ -171,7 +193,9 @@ class ReplicaSet:
         ``run_chunk(replica, units)`` runs ``units`` (in index order) on
         ``replica.engine`` with ``replica.ledger``. A chunk that raises an error for which
         :func:`replica_failed` holds is run again elsewhere (its result is discarded);
-        any other error cancels the other chunks and is raised.
+        any other error cancels the other chunks and is raised. Calls may run at once
+        (several runs on one set share its replicas' ledgers); a replica that fails in
+        one is retired in all.
 
         Raises:
             ReplicaSetError: every replica failed.
@@ -181,22 +205,26 @@ class ReplicaSet:
         live = self.live
         if not live:
             raise ReplicaSetError("no replica of the set is alive")
-        for replica in self.replicas:
-            replica.queue.clear()
+        mapping = _Mapping(self.replicas)
         for replica, queue in zip(
             live, place(units, len(live), warm=[r.warm for r in live]), strict=True
         ):
-            replica.queue.extend(queue)
+            mapping.queues[replica.number].extend(queue)
         results: list[ChunkResult[T]] = []
         failures: list[BaseException] = []
+        self._mappings.append(mapping)
         try:
             async with asyncio.TaskGroup() as group:
                 for replica in live:
                     for _ in range(self.chunks_in_flight):
-                        group.create_task(self._work(replica, run_chunk, results, failures))
+                        group.create_task(
+                            self._work(mapping, replica, run_chunk, results, failures)
+                        )
         except BaseExceptionGroup as errors:  # a user error: the other chunks were cancelled
             raise errors.exceptions[0]  # noqa: B904 - the chunk's own error, as one engine raises it
-        leftover = sum(len(replica.queue) for replica in self.replicas)
+        finally:
+            self._mappings.remove(mapping)
+        leftover = sum(len(queue) for queue in mapping.queues.values())
         if leftover or sum(len(r.units) for r in results) != len(units):
             raise ReplicaSetError(
                 f"every replica failed ({len(failures)} chunk failures); {leftover} units left"
@@ -205,6 +233,7 @@ class ReplicaSet:
 
     async def _work(
         self,
+        mapping: _Mapping,
         replica: Replica,
         run_chunk: Callable[[Replica, Sequence[Unit]], Awaitable[T]],
         results: list[ChunkResult[T]],
@@ -213,22 +242,22 @@ class ReplicaSet:
         """One worker of ``replica``: take chunks until no queue has any and no chunk runs
         anywhere (a failing replica's units come back), or ``replica`` fails."""
         while replica.alive:
-            chunk = self._take(replica)
+            chunk = self._take(mapping, replica)
             if not chunk:
-                if not self._running_chunks:
-                    self._changed.set()  # wake the other idle workers: nothing is left
+                if not mapping.running_chunks:
+                    mapping.changed.set()  # wake the other idle workers: nothing is left
                     return
-                self._changed.clear()
-                await self._changed.wait()
+                mapping.changed.clear()
+                await mapping.changed.wait()
                 continue
-            self._running_chunks += 1
+            mapping.running_chunks += 1
             try:
                 value = await run_chunk(replica, chunk)
             except Exception as error:
                 if not replica_failed(error):
                     raise
                 failures.append(error)
-                self._retire(replica, chunk, error)
+                self._retire(replica, mapping, chunk, error)
                 return
             else:
                 replica.units_done += len(chunk)
@@ -236,72 +265,76 @@ class ReplicaSet:
                 replica.warm.update(u.affinity for u in chunk if u.affinity is not None)
                 results.append(ChunkResult(replica.number, tuple(chunk), value))
             finally:
-                self._running_chunks -= 1
-                self._changed.set()
+                mapping.running_chunks -= 1
+                mapping.changed.set()
 
-    def _take(self, replica: Replica) -> list[Unit]:
+    def _take(self, mapping: _Mapping, replica: Replica) -> list[Unit]:
         """The next chunk of ``replica``: from its queue, else stolen (see the module
         docstring); empty when there is no work left anywhere."""
-        if not replica.queue:
-            self._steal(replica)
-        if not replica.queue:
+        queue = mapping.queues[replica.number]
+        if not queue:
+            self._steal(mapping, replica)
+        if not queue:
             return []
         size = max(
             self.min_chunk_units,
-            math.ceil(len(replica.queue) / (self.chunks_in_flight * self.chunk_divisor)),
+            math.ceil(len(queue) / (self.chunks_in_flight * self.chunk_divisor)),
         )
-        chunk = [replica.queue.popleft() for _ in range(min(size, len(replica.queue)))]
+        chunk = [queue.popleft() for _ in range(min(size, len(queue)))]
         # a chunk never splits an affinity group
-        while (
-            replica.queue
-            and chunk[-1].affinity is not None
-            and (replica.queue[0].affinity == chunk[-1].affinity)
-        ):
-            chunk.append(replica.queue.popleft())
+        while queue and chunk[-1].affinity is not None and queue[0].affinity == chunk[-1].affinity:
+            chunk.append(queue.popleft())
         return sorted(chunk, key=lambda u: u.index)
 
-    def _steal(self, thief: Replica) -> None:
+    def _steal(self, mapping: _Mapping, thief: Replica) -> None:
         """Move the later half of the busiest live queue (by weight) to ``thief``."""
-        victims = [r for r in self.live if r is not thief and r.queue]
+        victims = [r for r in self.live if r is not thief and mapping.queues[r.number]]
         if not victims:
             return
-        victim = max(victims, key=lambda r: (r.queued_weight, -r.number))
-        keep = len(victim.queue) - len(victim.queue) // 2
+        victim = max(victims, key=lambda r: (mapping.weight(r), -r.number))
+        queue = mapping.queues[victim.number]
+        keep = len(queue) - len(queue) // 2
         # do not split an affinity group between the two
         while (
-            0 < keep < len(victim.queue)
-            and victim.queue[keep].affinity is not None
-            and (victim.queue[keep].affinity == victim.queue[keep - 1].affinity)
+            0 < keep < len(queue)
+            and queue[keep].affinity is not None
+            and queue[keep].affinity == queue[keep - 1].affinity
         ):
             keep += 1
-        stolen = [victim.queue.pop() for _ in range(len(victim.queue) - keep)]
+        stolen = [queue.pop() for _ in range(len(queue) - keep)]
         if not stolen:  # one group left: take it whole
-            stolen = list(victim.queue)
-            victim.queue.clear()
+            stolen = list(queue)
+            queue.clear()
         stolen.reverse()
-        thief.queue.extend(stolen)
+        mapping.queues[thief.number].extend(stolen)
         thief.stolen_units += len(stolen)
         logger.debug(
             "replica %d stole %d units from replica %d", thief.number, len(stolen), victim.number
         )
 
-    def _retire(self, replica: Replica, chunk: Sequence[Unit], error: BaseException) -> None:
-        """Mark ``replica`` failed and place its chunk and queue on the live replicas."""
+    def _retire(
+        self, replica: Replica, mapping: _Mapping, chunk: Sequence[Unit], error: BaseException
+    ) -> None:
+        """Mark ``replica`` failed; place its chunk (of ``mapping``) and its queue in every
+        running mapping on the live replicas."""
         replica.alive = False
-        orphans = sorted([*chunk, *replica.queue], key=lambda u: u.index)
-        replica.queue.clear()
         live = self.live
         logger.warning(
-            "replica %d (%s) failed: %s; %d units move to %d live replicas",
+            "replica %d (%s) failed: %s; its units move to %d live replicas",
             replica.number,
             replica.engine.name,
             error,
-            len(orphans),
             len(live),
         )
-        if not live:
-            replica.queue.extend(orphans)  # left over: the run fails
-            return
-        placed = place(orphans, len(live), warm=[r.warm for r in live])
-        for target, units in zip(live, placed, strict=True):
-            target.queue = deque(queue_order([*target.queue, *units]))
+        for each in self._mappings:
+            queue = each.queues[replica.number]
+            orphans = sorted([*(chunk if each is mapping else ()), *queue], key=lambda u: u.index)
+            queue.clear()
+            if not live:
+                queue.extend(orphans)  # left over: the run fails
+            elif orphans:
+                placed = place(orphans, len(live), warm=[r.warm for r in live])
+                for target, units in zip(live, placed, strict=True):
+                    queues = each.queues
+                    queues[target.number] = deque(queue_order([*queues[target.number], *units]))
+            each.changed.set()  # idle workers of the live replicas take the moved units

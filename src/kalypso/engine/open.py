@@ -25,6 +25,10 @@ logger = logging.getLogger(__name__)
 ENGINE_KINDS = ("vllm", "http", "sim")
 
 
+class EngineFlagsError(ValueError):
+    """A command's engine flags contradict each other (the message names them)."""
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """Which engine to open.
@@ -227,6 +231,7 @@ async def close_engines(engines: Sequence[Engine]) -> None:
 __all__ = [
     "ENGINE_KINDS",
     "EngineError",
+    "EngineFlagsError",
     "EngineSpec",
     "ServerOwningEngine",
     "close_engines",
@@ -314,15 +319,15 @@ def replica_count(args: argparse.Namespace) -> int:
     """How many engines the flags ask for: ``--replicas``, else one per ``--url``, else 1.
 
     Raises:
-        ValueError: ``--replicas`` below 1, or URLs given with another engine kind or a
-            count other than theirs.
+        EngineFlagsError: ``--replicas`` below 1, or URLs given with another engine kind
+            or a count other than theirs.
     """
     urls = replica_urls(args)
     count = getattr(args, "replicas", None)
     if count is not None and count < 1:
-        raise ValueError(f"--replicas must be at least 1, got {count}")
+        raise EngineFlagsError(f"--replicas must be at least 1, got {count}")
     if urls and args.engine != "http":
-        raise ValueError(f"--url is for --engine http, not --engine {args.engine}")
+        raise EngineFlagsError(f"--url is for --engine http, not --engine {args.engine}")
     if urls and count is not None and count != len(urls):
-        raise ValueError(f"--replicas {count} with {len(urls)} --url servers")
+        raise EngineFlagsError(f"--replicas {count} with {len(urls)} --url servers")
     return count or max(1, len(urls))

@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def blocking_operators(table: Table) -> list[str]:
+    """The plan's operators that need all its rows in one place (none: it runs on a
+    replica set)."""
+    return [p.barrier.op_id for p in table.physical_plan().pipelines if p.barrier is not None]
+
+
 def row_units(table: Table) -> list[Unit]:
     """One unit per input row, weighted by the characters of its values."""
     return [
@@ -56,8 +62,7 @@ async def arun_replicated(
     """
     from kalypso.query.plan import query_result
 
-    physical = table.physical_plan()
-    blocking = [p.barrier.op_id for p in physical.pipelines if p.barrier is not None]
+    blocking = blocking_operators(table)
     if blocking:
         raise PlanError(
             f"a plan with a blocking operator ({', '.join(blocking)}) needs all its rows on"
@@ -83,6 +88,7 @@ async def arun_replicated(
         )
         return done, state
 
+    physical = table.physical_plan()
     logger.info(
         "query %s: %d rows on %d replicas", owner, len(table.source), len(replicas.replicas)
     )

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -79,11 +79,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(
-    database: Database, engine: Engine, settings: ServiceSettings | None = None
+    database: Database, engine: Engine | Sequence[Engine], settings: ServiceSettings | None = None
 ) -> FastAPI:
-    """The app serving jobs on ``engine``, stored in ``database``. Its lifespan starts the
-    job manager (resuming unfinished jobs) and stops it; the engine and the database stay
-    the caller's to close."""
+    """The app serving jobs on ``engine`` (or on a replica set over several engines),
+    stored in ``database``. Its lifespan starts the job manager (resuming unfinished jobs)
+    and stops it; the engines and the database stay the caller's to close."""
     settings = settings or ServiceSettings()
 
     @asynccontextmanager
@@ -247,9 +247,10 @@ def create_app(
         manager = manager_of(request)
         return {
             "status": "ok",
-            "engine": engine.name,
+            "engine": manager.engine.name,
+            "replicas": len(manager.ledgers),
             "running_jobs": manager.running_jobs,
-            "kv_capacity_blocks": manager.ledger.capacity_blocks,
+            "kv_capacity_blocks": sum(ledger.capacity_blocks for ledger in manager.ledgers),
         }
 
     @app.get("/metrics", tags=["server"], response_class=Response)

@@ -16,7 +16,15 @@ from pathlib import Path
 from platformdirs import user_data_dir
 from rich.console import Console
 
-from kalypso.engine.open import add_engine_arguments, engine_spec, open_engine, parse_size_bytes
+from kalypso.engine.open import (
+    add_engine_arguments,
+    close_engines,
+    engine_spec,
+    open_engines,
+    parse_size_bytes,
+    replica_count,
+    replica_urls,
+)
 from kalypso.service.app import DEFAULT_MAX_REQUEST_BYTES, ServiceSettings, create_app
 from kalypso.service.database import Database, database_url_for
 from kalypso.service.tokens import TokenError, create_token, revoke_token
@@ -43,7 +51,7 @@ def add_db_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    add_engine_arguments(parser)
+    add_engine_arguments(parser, replicas=True)
     add_db_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -79,21 +87,23 @@ async def serve(args: argparse.Namespace, console: Console) -> int:
 
     for module in args.imports:
         importlib.import_module(module)
+    count = replica_count(args)  # bad flags are refused before anything starts
     database = Database(args.db or default_database_url())
     try:
-        engine = await open_engine(engine_spec(args))
+        engines = await open_engines(engine_spec(args), count, urls=replica_urls(args))
         try:
-            app = create_app(database, engine, ServiceSettings(args.max_request_bytes))
+            app = create_app(database, engines, ServiceSettings(args.max_request_bytes))
             config = uvicorn.Config(
                 app, host=args.host, port=args.port, log_level="info", lifespan="on"
             )
+            on = engines[0].name if count == 1 else f"{count} replicas of {engines[0].name}"
             console.print(
-                f"kalypso serving on http://{args.host}:{args.port} with {engine.name},"
+                f"kalypso serving on http://{args.host}:{args.port} with {on},"
                 f" jobs in {database.engine.url.render_as_string(hide_password=True)}"
             )
             await uvicorn.Server(config).serve()
         finally:
-            await engine.close()
+            await close_engines(engines)
     finally:
         database.close()
     return 0

@@ -1,5 +1,7 @@
-"""Running jobs: every job's plan or workflow on the server's one engine, all sharing one
-:class:`~kalypso.core.ledger.KVLedger` and one chat layout.
+"""Running jobs: every job's plan or workflow on the server's engine, all sharing one
+:class:`~kalypso.core.ledger.KVLedger` and one chat layout. A server on several engines
+(replicas) keeps one such ledger per engine, shared by every job's chunks on it, and runs
+each job over the replica set (:mod:`kalypso.core.replicas`).
 
 A job's life (states from :mod:`kalypso.service.states`): submitted ``validating``;
 ``in_progress`` once its run starts; ``finalizing`` while its result is stored;
@@ -20,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,7 @@ from kalypso.core.errors import PlanError
 from kalypso.core.hooks import RunHooks
 from kalypso.core.ledger import KVLedger
 from kalypso.core.prompt import ChatLayout
+from kalypso.core.replicas import ReplicaSet, ReplicaSetError
 from kalypso.engine.protocol import Engine, EngineCapacity, EngineError
 from kalypso.jobspec import JobSpec
 from kalypso.service import states
@@ -84,19 +87,27 @@ class JobManager:
     def __init__(
         self,
         database: Database,
-        engine: Engine,
+        engine: Engine | Sequence[Engine],
         *,
         progress_interval_s: float = PROGRESS_INTERVAL_S,
     ) -> None:
+        engines = [engine] if not isinstance(engine, Sequence) else list(engine)
+        if not engines:
+            raise ValueError("a job server needs at least one engine")
         self.database = database
-        self.engine = engine
-        self.ledger = KVLedger(
-            engine.capacity.num_blocks,
-            fair_share=True,
-            call_slots=engine.capacity.max_running_requests or 0,
-            urgent_reserve_blocks=urgent_reserve_blocks(engine.capacity),
-        )
-        self.shared = Shared(engine, self.ledger, ChatLayout(engine.tokenizer))
+        self.engine = engines[0]
+        self.ledgers = [
+            KVLedger(
+                one.capacity.num_blocks,
+                fair_share=True,
+                call_slots=one.capacity.max_running_requests or 0,
+                urgent_reserve_blocks=urgent_reserve_blocks(one.capacity),
+            )
+            for one in engines
+        ]
+        self.ledger = self.ledgers[0]
+        replicas = ReplicaSet(engines, ledgers=self.ledgers) if len(engines) > 1 else None
+        self.shared = Shared(self.engine, self.ledger, ChatLayout(self.engine.tokenizer), replicas)
         self.totals = ServiceTotals()
         self.progress_interval_s = progress_interval_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -210,7 +221,7 @@ class JobManager:
 
         journal = DatabaseJournal(self.database, job_id)
         journaled = await journal.load()
-        live = LiveProgress(job_id, self.ledger, journal.counts, time.monotonic())
+        live = LiveProgress(job_id, self.ledgers, journal.counts, time.monotonic())
         self._live[job_id] = live
         live.sample_kv(time.monotonic())
         await self._set_in_progress(job_id, journaled)
@@ -224,7 +235,7 @@ class JobManager:
         except JobFailed as failure:
             status, output = states.FAILED, failure.partial
             errors = [_error("run_failed", failure.cause)]
-        except (PlanError, EngineError) as error:
+        except (PlanError, EngineError, ReplicaSetError) as error:
             status = states.FAILED
             errors = [
                 _error("invalid_plan" if isinstance(error, PlanError) else "engine_error", error)

@@ -1,5 +1,5 @@
 """``/metrics`` in Prometheus' text format: jobs by state, the calls and tokens of the
-jobs this process ran, and the shared KV ledger."""
+jobs this process ran, and the shared KV ledgers."""
 
 from __future__ import annotations
 
@@ -35,19 +35,21 @@ class _Snapshot(Collector):
         tokens.add_metric(["cached"], totals.cached_tokens)
         tokens.add_metric(["computed"], totals.prompt_tokens - totals.cached_tokens)
         yield tokens
-        ledger = self._manager.ledger
+        ledgers = self._manager.ledgers
         yield GaugeMetricFamily(
             "kalypso_kv_reserved_blocks",
-            "KV blocks reserved in the shared ledger",
-            value=ledger.reserved_blocks,
+            "KV blocks reserved in the shared ledgers (of every replica)",
+            value=sum(ledger.reserved_blocks for ledger in ledgers),
         )
         yield GaugeMetricFamily(
-            "kalypso_kv_capacity_blocks", "KV blocks of the engine", value=ledger.capacity_blocks
+            "kalypso_kv_capacity_blocks",
+            "KV blocks of the engines",
+            value=sum(ledger.capacity_blocks for ledger in ledgers),
         )
         yield CounterMetricFamily(
             "kalypso_calls_preempted",
             "Calls aborted in the engine for a more urgent job, and sent again",
-            value=ledger.preempted_calls,
+            value=sum(ledger.preempted_calls for ledger in ledgers),
         )
         yield GaugeMetricFamily(
             "kalypso_running_jobs", "Jobs running in this process", value=self._manager.running_jobs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,10 +18,11 @@ at 0.5 s; older ones are thinned to every other)."""
 @dataclass
 class LiveProgress:
     """What the scheduler last showed for a running job (fed by the run's progress
-    listener), and its KV use over time. :meth:`snapshot` is what the API reports."""
+    listener), and its KV use over time (over every replica's ledger, its chunks'
+    blocks included). :meth:`snapshot` is what the API reports."""
 
     owner: str
-    ledger: KVLedger
+    ledgers: Sequence[KVLedger]
     counts: JournalCounts
     started_s: float
     pipelines: dict[int, list[StageView]] = field(default_factory=dict)
@@ -33,9 +35,13 @@ class LiveProgress:
 
     def sample_kv(self, now_s: float) -> None:
         """Keep ``(seconds since start, KV blocks the job holds)``."""
-        self.kv_samples.append((round(now_s - self.started_s, 2), self.ledger.held_by(self.owner)))
+        self.kv_samples.append((round(now_s - self.started_s, 2), self.held_blocks))
         if len(self.kv_samples) > KV_SAMPLES_KEPT:
             self.kv_samples = self.kv_samples[::2]
+
+    @property
+    def held_blocks(self) -> int:
+        return sum(ledger.held_under(self.owner) for ledger in self.ledgers)
 
     def snapshot(self) -> dict[str, Any]:
         counts = self.counts
@@ -60,7 +66,7 @@ class LiveProgress:
             "prompt_tokens": prompt,
             "prefill_tokens": prompt - counts.cached_tokens,
             "hit_rate": round(counts.cached_tokens / prompt, 4) if prompt else 0.0,
-            "kv_blocks": self.ledger.held_by(self.owner),
-            "kv_capacity_blocks": self.ledger.capacity_blocks,
+            "kv_blocks": self.held_blocks,
+            "kv_capacity_blocks": sum(ledger.capacity_blocks for ledger in self.ledgers),
             "kv_samples": [list(sample) for sample in self.kv_samples],
         }

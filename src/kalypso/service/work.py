@@ -1,6 +1,7 @@
 """What a job runs: a plan or workflow (a :class:`~kalypso.jobspec.JobSpec`), or an
 OpenAI-format batch file. Either way it runs on the server's engine and shared ledger with
-the job's hooks, and gives a :class:`JobOutput`: a result table, or a batch's output and
+the job's hooks, or over its replica set (a plan with a blocking operator on the first
+live replica), and gives a :class:`JobOutput`: a result table, or a batch's output and
 error files. A run that fails raises :class:`JobFailed` with what it had completed."""
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from kalypso.core.hooks import RunHooks
 from kalypso.core.ledger import KVLedger
 from kalypso.core.options import RunOptions
 from kalypso.core.prompt import ChatLayout
+from kalypso.core.replicas import ReplicaSet, ReplicaSetError
 from kalypso.engine.protocol import Engine
 from kalypso.jobspec import JobSpec, from_spec
 from kalypso.query import QueryResult, Table
+from kalypso.query.replicated import blocking_operators
 from kalypso.workflow import WorkflowResult
 from kalypso.workflow import arun as run_workflow
 
@@ -49,11 +52,28 @@ class JobFailed(Exception):
 
 @dataclass(frozen=True)
 class Shared:
-    """What every job on the server shares: the engine, its ledger and chat layout."""
+    """What every job on the server shares: the engine, its ledger and chat layout; on
+    several engines, the replica set over them (``engine`` and ``ledger`` are then its
+    first replica's)."""
 
     engine: Engine
     ledger: KVLedger
     layout: ChatLayout
+    replicas: ReplicaSet | None = None
+
+    def one_engine(self) -> tuple[Engine, KVLedger]:
+        """The engine and ledger for a run that needs all its rows in one place: the
+        first live replica's.
+
+        Raises:
+            ReplicaSetError: no replica is alive.
+        """
+        if self.replicas is None:
+            return self.engine, self.ledger
+        live = self.replicas.live
+        if not live:
+            raise ReplicaSetError("no replica of the set is alive")
+        return live[0].engine, live[0].ledger
 
 
 def _frame_of(result: QueryResult | WorkflowResult | Any) -> pd.DataFrame | None:
@@ -72,13 +92,24 @@ async def run_plan(
     priority)."""
     plan = from_spec(spec.plan)
     options = {**spec.options.run_options(), **options}
+    replicas = shared.replicas
     try:
         if isinstance(plan, Table):
-            result: QueryResult | WorkflowResult = await plan.arun(
-                shared.engine, ledger=shared.ledger, layout=shared.layout, hooks=hooks, **options
-            )
-        else:
+            if replicas is not None and not blocking_operators(plan):
+                result: QueryResult | WorkflowResult = await plan.arun(
+                    replicas, hooks=hooks, **options
+                )
+            else:
+                engine, ledger = shared.one_engine()
+                layout = shared.layout if replicas is None else None
+                result = await plan.arun(
+                    engine, ledger=ledger, layout=layout, hooks=hooks, **options
+                )
+        elif replicas is not None:
             assert spec.inputs is not None  # JobSpec requires a workflow's inputs
+            result = await run_workflow(plan, replicas, spec.inputs, hooks=hooks, **options)
+        else:
+            assert spec.inputs is not None
             result = await run_workflow(
                 plan, shared.engine, spec.inputs, ledger=shared.ledger, hooks=hooks, **options
             )
@@ -100,10 +131,10 @@ async def run_batch_file(
             result = await arun_batch(
                 source,
                 target,
-                shared.engine,
+                shared.replicas or shared.engine,
                 error_path=errors,
                 options=RunOptions(**options),
-                ledger=shared.ledger,
+                ledger=shared.ledger if shared.replicas is None else None,
                 hooks=hooks,
             )
         except QueryError as error:

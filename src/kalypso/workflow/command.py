@@ -19,7 +19,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kalypso.core.errors import PlanError
 from kalypso.core.options import RunOptions
 from kalypso.core.policies import policy_names
 from kalypso.core.replicas import ReplicaSet
@@ -122,10 +121,7 @@ async def run(args: argparse.Namespace, console: Console, *, execute: bool = Tru
         system_prompt="",
         kv_overcommit=args.kv_overcommit,
     )
-    try:  # refuse bad flags before starting engines
-        count = replica_count(args)
-    except ValueError as error:
-        raise PlanError(str(error)) from None
+    count = replica_count(args)  # bad flags are refused before anything starts
     log_path = None
     if args.engine != "sim" and not args.verbose:
         log_path = cache_dir() / "logs" / f"workflow-vllm-{int(time.time())}.log"
