@@ -70,7 +70,7 @@ async def run_piece(
         async with asyncio.TaskGroup() as group:  # one failing run cancels the others
             runs = [
                 group.create_task(
-                    run_shape(shape, engine, options, ledger, cache, f"{owner}s{index}", hooks)
+                    run_shape(shape, engine, options, ledger, cache, f"{owner}.s{index}", hooks)
                 )
                 for index, shape in enumerate(shapes)
             ]
@@ -144,7 +144,8 @@ async def run_shape(
     flow = FlowPlan.of(shape.graph)
     runner = PipelineRunner(state, flow.num_stages, policy=policy)
     if hooks is not None and hooks.on_progress is not None:
-        listener = hooks.on_progress
+        listener = hooks.for_run(owner).on_progress
+        assert listener is not None
         runner.on_update = lambda views: listener(1, views)
     ledger.register(owner, options.request_priority)
     try:

@@ -107,12 +107,14 @@ async def run_on_replicas(
     async def run_chunk(replica: Replica, units: Sequence[Unit]) -> None:
         order = sorted(units, key=lambda u: (index.keys[u.index], u.index))
         done: list[tuple[Path, BatchResult]] = []
+        owners: list[str] = []
         try:
             for start in range(0, len(order), chunk_requests):
                 number = next(numbers)
                 piece = folder / f"r{replica.number}-chunk-{number}.tsv"
                 requests = index.read(u.index for u in order[start : start + chunk_requests])
                 owner = f"{batch_id}.r{replica.number}.c{number}"
+                owners.append(owner)
                 counts = await run_piece(
                     requests, replica.engine, options, replica.ledger, cache, owner, piece, hooks
                 )
@@ -126,6 +128,9 @@ async def run_on_replicas(
                     pieces.remove(piece)
                     piece.unlink(missing_ok=True)
                     result.add(counts, times=-1)
+                if hooks is not None:
+                    for owner in owners:  # their requests run again elsewhere
+                        hooks.drop_run(owner)
                 logger.warning(
                     "batch %s: %d pieces of replica %d taken back",
                     batch_id,

@@ -97,6 +97,7 @@ async def arun_batch(
     first_engine = engine.engines[0] if isinstance(engine, ReplicaSet) else engine
     cache = PromptResultCache(first_engine.name)
     batch_id = base.query_id or f"b{uuid.uuid4().hex[:8]}"  # its pieces: <batch_id>.c<n>
+    hooks = hooks.merged() if hooks is not None else None  # the pieces' progress summed
 
     def progress() -> None:
         result.time_s = time.monotonic() - started

@@ -8,8 +8,9 @@ only reads. The front ends pass a :class:`RunHooks` through to the runner unchan
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from kalypso.core.report import StageView
@@ -45,9 +46,81 @@ ProgressListener = Callable[[int, list[StageView]], None]
 updates its view; it must not block."""
 
 
+class MergedProgress:
+    """One job's progress listener fed by several runs at once (its chunks on replicas, a
+    batch file's pieces): each run's latest views are kept apart, and ``listener`` is
+    called with their sums per stage. A run whose work is done again elsewhere (a failed
+    replica's chunk) is taken out with :meth:`drop`."""
+
+    def __init__(self, listener: ProgressListener) -> None:
+        self.listener = listener
+        self._views: dict[int, dict[str, list[StageView]]] = {}
+        """Per pipeline number, each run's latest views."""
+
+    def of_run(self, run: str) -> ProgressListener:
+        """The listener of the run named ``run``."""
+
+        def update(pipeline: int, views: list[StageView]) -> None:
+            self._views.setdefault(pipeline, {})[run] = list(views)
+            self._show(pipeline)
+
+        return update
+
+    def __call__(self, pipeline: int, views: list[StageView]) -> None:
+        """A run not bound with :meth:`of_run` reports as the run named ``""``."""
+        self.of_run("")(pipeline, views)
+
+    def drop(self, run: str) -> None:
+        """Forget the run named ``run`` and the runs named ``run.<part>`` (their views no
+        longer count)."""
+        for pipeline, runs in self._views.items():
+            gone = [name for name in runs if name == run or name.startswith(run + ".")]
+            for name in gone:
+                del runs[name]
+            if gone:
+                self._show(pipeline)
+
+    def _show(self, pipeline: int) -> None:
+        self.listener(pipeline, summed_views(self._views[pipeline].values()))
+
+
+def summed_views(runs: Iterable[list[StageView]]) -> list[StageView]:
+    """Per stage, the sum of the runs' views (a run with fewer stages counts none there)."""
+    stages = itertools.zip_longest(*runs, fillvalue=StageView())
+    return [
+        StageView(
+            done=sum(v.done for v in views),
+            waiting=sum(v.waiting for v in views),
+            running=sum(v.running for v in views),
+            budget_blocks=sum(v.budget_blocks for v in views),
+            used_blocks=sum(v.used_blocks for v in views),
+        )
+        for views in stages
+    ]
+
+
 @dataclass(frozen=True)
 class RunHooks:
     """A run's journal and progress listener (each optional)."""
 
     journal: CallJournal | None = None
     on_progress: ProgressListener | None = None
+
+    def merged(self) -> RunHooks:
+        """These hooks for a job of several runs: the listener becomes a
+        :class:`MergedProgress` (unless it is one), to be bound with :meth:`for_run`."""
+        if self.on_progress is None or isinstance(self.on_progress, MergedProgress):
+            return self
+        return replace(self, on_progress=MergedProgress(self.on_progress))
+
+    def for_run(self, run: str) -> RunHooks:
+        """The hooks of the run named ``run`` of a job of several runs (see :meth:`merged`)."""
+        if isinstance(self.on_progress, MergedProgress):
+            return replace(self, on_progress=self.on_progress.of_run(run))
+        return self
+
+    def drop_run(self, run: str) -> None:
+        """Take the run named ``run`` (and ``run.<part>``) out of the job's progress (its
+        work is done again)."""
+        if isinstance(self.on_progress, MergedProgress):
+            self.on_progress.drop(run)

@@ -69,23 +69,27 @@ async def arun_replicated(
             " one engine; run it with arun(engine)"
         )
     owner = options.query_id or f"q{uuid.uuid4().hex[:8]}"
-    journal_only = RunHooks(journal=hooks.journal) if hooks is not None else None
+    merged = hooks.merged() if hooks is not None else None  # the chunks' progress summed
     started = time.monotonic()
     chunk_numbers = iter(range(1 << 62))
 
     async def run_chunk(replica: Replica, units: Sequence[Unit]) -> tuple[Execution, RunState]:
-        chunk_options = replace(
-            options, query_id=f"{owner}.r{replica.number}.c{next(chunk_numbers)}", progress=False
-        )
-        done, state, _, _ = await table._execute(
-            replica.engine,
-            chunk_options,
-            replica.ledger,
-            None,
-            None,
-            journal_only,
-            rows=[unit.index for unit in units],
-        )
+        chunk_id = f"{owner}.r{replica.number}.c{next(chunk_numbers)}"
+        chunk_options = replace(options, query_id=chunk_id, progress=False)
+        try:
+            done, state, _, _ = await table._execute(
+                replica.engine,
+                chunk_options,
+                replica.ledger,
+                None,
+                None,
+                merged.for_run(chunk_id) if merged is not None else None,
+                rows=[unit.index for unit in units],
+            )
+        except BaseException:
+            if merged is not None:
+                merged.drop_run(chunk_id)  # its rows are done again (or the run fails)
+            raise
         return done, state
 
     physical = table.physical_plan()

@@ -80,23 +80,27 @@ async def arun_replicated(
     started = time.monotonic()
     base = run_options(options, option_values, system_prompt=DEFAULT_SYSTEM)
     owner = base.query_id or "w"
-    journal_only = RunHooks(journal=hooks.journal) if hooks is not None else None
+    merged = hooks.merged() if hooks is not None else None  # the chunks' progress summed
     counter = iter(range(1 << 62))
 
     async def run_chunk(replica: Replica, units: Sequence[Unit]) -> WorkflowResult:
-        chunk = replace(
-            base, query_id=f"{owner}.r{replica.number}.c{next(counter)}", progress=False
-        )
-        return await arun(
-            workflows,
-            replica.engine,
-            inputs,
-            chunk,
-            workflow_options=workflow_options,
-            ledger=replica.ledger,
-            hooks=journal_only,
-            queries=[unit.index for unit in units],
-        )
+        chunk_id = f"{owner}.r{replica.number}.c{next(counter)}"
+        chunk = replace(base, query_id=chunk_id, progress=False)
+        try:
+            return await arun(
+                workflows,
+                replica.engine,
+                inputs,
+                chunk,
+                workflow_options=workflow_options,
+                ledger=replica.ledger,
+                hooks=merged.for_run(chunk_id) if merged is not None else None,
+                queries=[unit.index for unit in units],
+            )
+        except BaseException:
+            if merged is not None:
+                merged.drop_run(chunk_id)  # its queries are run again (or the run fails)
+            raise
 
     units = query_units(inputs)
     logger.info("workflow %s: %d queries on %d replicas", owner, len(units), len(replicas.replicas))
