@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import pytest
@@ -14,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kalypso.core.placement import Unit, place, queue_order
-from kalypso.core.replicas import Replica, ReplicaSet, ReplicaSetError, replica_failed
+from kalypso.core.replicas import (
+    ChunkUnits,
+    Replica,
+    ReplicaSet,
+    ReplicaSetError,
+    replica_failed,
+)
 from kalypso.engine.protocol import EngineCapacity, EngineError, PromptTooLongError
 
 
@@ -116,6 +123,74 @@ def test_runs_at_once_on_one_set_each_run_every_unit_once(
     asyncio.run(main())
 
 
+class FakeRun:
+    """A chunk's run as the core runs it: it starts its units one at a time, and the ones
+    not started yet can be withdrawn (:class:`~kalypso.core.hooks.Withdrawable`)."""
+
+    def __init__(self, roots: Sequence[int]) -> None:
+        self.waiting = list(roots)
+        self.started: list[int] = []
+
+    def untouched_roots(self) -> set[int]:
+        return set(self.waiting)
+
+    def withdraw(self, roots: AbstractSet[int]) -> set[int]:
+        taken = set(roots) & set(self.waiting)
+        self.waiting = [root for root in self.waiting if root not in taken]
+        return taken
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    speeds=st.lists(st.integers(min_value=1, max_value=30), min_size=1, max_size=5),
+    units=st.integers(min_value=0, max_value=60),
+    keys=st.integers(min_value=0, max_value=6),
+    failing=st.sets(st.integers(min_value=0, max_value=4)),
+    fail_after=st.integers(min_value=1, max_value=40),
+)
+def test_units_taken_back_from_running_chunks_run_exactly_once(
+    speeds: list[int], units: int, keys: int, failing: set[int], fail_after: int
+) -> None:
+    """Idle replicas take back units a running chunk has not started (one run per
+    replica, so every balance past the placement is done so), under random speeds and
+    failures: each unit runs once, in the chunk whose result lists it."""
+    failing = {f for f in failing if f < len(speeds)}
+    work = [Unit(i, affinity=(i % keys) if keys else None, weight=1 + i % 3) for i in range(units)]
+    replicas = ReplicaSet(engines(len(speeds)))
+    ran: Counter[int] = Counter()
+    started_by: Counter[int] = Counter()
+
+    async def run_chunk(replica: Replica, chunk: ChunkUnits) -> list[int]:
+        run = FakeRun([unit.index for unit in chunk])
+        chunk.link.attach(run)
+        try:
+            while run.waiting:
+                root = run.waiting.pop(0)
+                run.started.append(root)
+                started_by[replica.number] += 1
+                await asyncio.sleep(0.0001 * speeds[replica.number])
+                if replica.number in failing and started_by[replica.number] > fail_after:
+                    raise EngineError(f"replica {replica.number} died")
+        finally:
+            chunk.link.detach(run)
+        ran.update(run.started)
+        return run.started
+
+    async def main() -> None:
+        try:
+            results = await replicas.map_units(work, run_chunk)
+        except ReplicaSetError:
+            assert failing == set(range(len(speeds)))
+            assert all(count == 1 for count in ran.values())
+            return
+        assert ran == Counter(range(units))
+        for result in results:  # a chunk's result lists exactly the units its run ran
+            assert sorted(result.value) == [unit.index for unit in result.units]
+        assert sum(r.units_done for r in replicas.replicas) == units
+
+    asyncio.run(main())
+
+
 def test_affinity_groups_stay_on_one_replica_when_nothing_fails() -> None:
     work = [Unit(i, affinity=f"doc{i % 5}") for i in range(50)]
     replicas = ReplicaSet(engines(3), chunks_in_flight=1)
@@ -188,3 +263,24 @@ def test_an_idle_replica_steals_from_a_slow_one() -> None:
     fast, slow = replicas.replicas
     assert fast.stolen_units > 0 and fast.units_done > slow.units_done
     assert fast.units_done + slow.units_done == 64
+
+
+def test_an_idle_replica_takes_back_half_the_units_a_slow_run_has_not_started() -> None:
+    replicas = ReplicaSet(engines(2))
+    ran_on: dict[int, list[int]] = {0: [], 1: []}
+
+    async def run_chunk(replica: Replica, chunk: ChunkUnits) -> None:
+        run = FakeRun([unit.index for unit in chunk])
+        chunk.link.attach(run)
+        while run.waiting:
+            ran_on[replica.number].append(run.waiting.pop(0))
+            await asyncio.sleep(0.001 if replica.number == 0 else 0.02)
+        chunk.link.detach(run)
+
+    asyncio.run(replicas.map_units([Unit(i, affinity=i // 2) for i in range(40)], run_chunk))
+    fast, slow = replicas.replicas
+    assert fast.stolen_units > 0 and slow.stolen_units == 0
+    assert sorted(ran_on[0] + ran_on[1]) == list(range(40))
+    assert fast.units_done == len(ran_on[0]) > slow.units_done == len(ran_on[1])
+    # only groups not started are taken back, whole: each key's units ran on one replica
+    assert not {i // 2 for i in ran_on[0]} & {i // 2 for i in ran_on[1]}

@@ -79,3 +79,24 @@ async def test_a_blocking_operator_is_refused_on_a_replica_set() -> None:
         await topk.arun(ReplicaSet(engines))
     with pytest.raises(PlanError, match="no ledger"):
         await plan(5).arun(ReplicaSet(engines), ledger=object())  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_an_idle_replica_takes_back_rows_a_slow_one_has_not_started() -> None:
+    """Replica 1's cache holds a few rows at a time, so its share waits in its run; once
+    replica 0 is done it takes back rows replica 1 has not started, whole: the same
+    table, every row once."""
+    alone = await plan(160).arun(SimEngine("qwen3-8b-h100"))
+    clock = SharedClock()
+    fast = SimEngine("qwen3-8b-h100", clock=clock)
+    slow = SimEngine("qwen3-8b-h100", clock=clock, num_blocks=12, block_size_tokens=16)
+    replicas = ReplicaSet([fast, slow])
+    spread = await plan(160).arun(replicas)
+    pd.testing.assert_frame_equal(spread.frame, alone.frame)
+    assert spread.llm_calls == alone.llm_calls
+    taker, slowed = replicas.replicas
+    assert taker.stolen_units > 0 and slowed.stolen_units == 0
+    assert taker.units_done == 80 + taker.stolen_units
+    assert slowed.units_done == 80 - taker.stolen_units
+    assert all(r.ledger.reserved_blocks == 0 and not r.ledger.owners for r in replicas.replicas)
+    assert f"{taker.stolen_units} stolen" in replicas.explain()

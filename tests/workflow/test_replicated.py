@@ -14,6 +14,7 @@ from kalypso.core.errors import PlanError
 from kalypso.core.replicas import ReplicaSet
 from kalypso.engine.sim.clock import SharedClock
 from kalypso.engine.sim.engine import SimEngine
+from kalypso.engine.sim.tokenizer import WordTokenizer
 from kalypso.workflow.replicated import query_units
 
 
@@ -79,3 +80,25 @@ async def test_a_replica_dying_mid_run_loses_and_repeats_nothing() -> None:
 async def test_a_replica_set_takes_no_ledger_or_queries() -> None:
     with pytest.raises(PlanError, match="no ledger"):
         await wf.arun(context_workflow(), ReplicaSet(replica_engines(2)), batch(1, 1), queries=[0])
+
+
+@pytest.mark.asyncio
+async def test_an_idle_replica_takes_back_queries_a_slow_one_has_not_started() -> None:
+    """Replica 1 runs the CPU profile (steps ten times as long); under a policy that
+    starts one query at a time, replica 0, done first, takes back whole contexts that
+    replica 1 has not started: the same outputs, each query once. (``cache-aware``
+    starts every query's first call at once, and started queries stay.)"""
+    inputs = batch(12, 3)
+    alone = await wf.arun(context_workflow(), SimEngine("qwen3-8b-h100"), inputs)
+    clock, tokenizer = SharedClock(), WordTokenizer()
+    fast = SimEngine("qwen3-8b-h100", clock=clock, tokenizer=tokenizer)
+    slow = SimEngine("smollm2-cpu", clock=clock, tokenizer=tokenizer)
+    replicas = ReplicaSet([fast, slow])
+    spread = await wf.arun(context_workflow(), replicas, inputs, policy="querywise")
+    pd.testing.assert_frame_equal(spread.outputs, alone.outputs)
+    assert spread.llm_calls == alone.llm_calls
+    taker, slowed = replicas.replicas
+    assert taker.stolen_units > 0 and taker.stolen_units % 3 == 0  # whole contexts
+    assert taker.units_done == 18 + taker.stolen_units
+    assert slowed.units_done == 18 - taker.stolen_units
+    assert all(r.ledger.reserved_blocks == 0 and not r.ledger.owners for r in replicas.replicas)

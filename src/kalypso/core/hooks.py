@@ -9,7 +9,7 @@ only reads. The front ends pass a :class:`RunHooks` through to the runner unchan
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -99,12 +99,34 @@ def summed_views(runs: Iterable[list[StageView]]) -> list[StageView]:
     ]
 
 
+class Withdrawable(Protocol):
+    """A running scheduler core, as a replica set's stealing sees it
+    (:meth:`~kalypso.core.scheduler.SchedulerCore.withdraw`)."""
+
+    def untouched_roots(self) -> set[int]: ...
+
+    def withdraw(self, roots: Set[int]) -> set[int]: ...
+
+
+class ChunkLink(Protocol):
+    """A replica set's link to the run of one chunk
+    (:class:`~kalypso.core.replicas.RunningChunk`): the run's pipeline attaches its
+    scheduler core while it runs, so that an idle replica may take back the units the
+    run has not started."""
+
+    def attach(self, core: Withdrawable) -> None: ...
+
+    def detach(self, core: Withdrawable) -> None: ...
+
+
 @dataclass(frozen=True)
 class RunHooks:
-    """A run's journal and progress listener (each optional)."""
+    """A run's journal and progress listener (each optional), and, for a chunk of a
+    replica set's run, its link to the set (``chunk``)."""
 
     journal: CallJournal | None = None
     on_progress: ProgressListener | None = None
+    chunk: ChunkLink | None = None
 
     def merged(self) -> RunHooks:
         """These hooks for a job of several runs: the listener becomes a

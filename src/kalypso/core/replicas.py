@@ -19,8 +19,14 @@ run.
   smaller chunks that idle replicas can steal.
 * **Work stealing.** A replica whose queue is empty takes the later half of the queue
   with the most work left (whole affinity groups); nothing is ever in two queues, and a
-  unit is taken from a queue exactly once. Units already in a running chunk are not
-  stolen: a chunk is one run of the core, which takes no units away once started.
+  unit is taken from a queue exactly once. When no queue has any, it takes back from
+  the running chunk with the most of them the later half of the units its run has not
+  started (:class:`RunningChunk`: the run's scheduler core withdraws instances none of
+  whose tasks was admitted, of affinity groups it has not started), so that one run per
+  replica still balances. A unit started stays where it is: a relational run admits
+  rows as its stage budgets allow, so a slow replica's later rows wait and can move; a
+  ``cache-aware`` workflow run admits every query's first call at once, so its queries
+  stay unless its window (or a policy such as ``querywise``) holds them back.
 * **Failure of one replica.** A chunk that fails with an engine error (not a user error,
   see :func:`replica_failed`) retires its replica: the chunk's units and the rest of its
   queue are placed on the live replicas again. The run fails only when no replica is
@@ -41,6 +47,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from kalypso.core.hooks import Withdrawable
 from kalypso.core.ledger import KVLedger
 from kalypso.core.placement import Unit, place, queue_order
 from kalypso.engine.protocol import Engine, EngineError, PromptTooLongError
@@ -103,11 +110,76 @@ class _Mapping:
 
     def __init__(self, replicas: Sequence[Replica]) -> None:
         self.queues: dict[int, deque[Unit]] = {r.number: deque() for r in replicas}
-        self.running_chunks = 0
+        self.running: list[RunningChunk] = []
         self.changed = asyncio.Event()
 
     def weight(self, replica: Replica) -> float:
         return sum(unit.weight for unit in self.queues[replica.number])
+
+
+class RunningChunk:
+    """A chunk while it runs: its units (in queue order), and the scheduler core of its
+    run's pipeline, attached by the run (:class:`~kalypso.core.hooks.ChunkLink`), from
+    which an idle replica takes back units not yet started. Only while the run's first
+    pipeline runs: a later pipeline's instances have all passed the first."""
+
+    def __init__(
+        self, replica: Replica, units: Sequence[Unit], *, on_attach: Callable[[], None]
+    ) -> None:
+        self.replica = replica
+        self.units = list(units)
+        self._core: Withdrawable | None = None
+        self._pipelines = 0
+        self._on_attach = on_attach
+
+    def attach(self, core: Withdrawable) -> None:
+        self._pipelines += 1
+        self._core = core if self._pipelines == 1 else None
+        self._on_attach()  # idle replicas may now take units back
+
+    def detach(self, core: Withdrawable) -> None:
+        self._core = None
+
+    def untouched(self) -> list[Unit]:
+        """The units the run has not started, of affinity groups it has not started
+        either, in queue order (none when the run cannot say)."""
+        if self._core is None:
+            return []
+        roots = self._core.untouched_roots()
+        started = {u.affinity for u in self.units if u.index not in roots}
+        return [
+            unit
+            for unit in self.units
+            if unit.index in roots and (unit.affinity is None or unit.affinity not in started)
+        ]
+
+    def take_back(self) -> list[Unit]:
+        """The later half of :meth:`untouched` (whole affinity groups, at least one unit
+        when any is free), withdrawn from the run: it will not run them."""
+        free = self.untouched()
+        if self._core is None or not free:
+            return []
+        start = len(free) // 2
+        while (  # do not split an affinity group between the two runs
+            0 < start < len(free)
+            and free[start].affinity is not None
+            and free[start].affinity == free[start - 1].affinity
+        ):
+            start -= 1
+        wanted = free[start:]
+        taken = self._core.withdraw({unit.index for unit in wanted})
+        self.units = [unit for unit in self.units if unit.index not in taken]
+        return [unit for unit in wanted if unit.index in taken]
+
+
+class ChunkUnits(list[Unit]):
+    """A chunk's units as :meth:`ReplicaSet.map_units` hands them to its runner, with
+    ``link``: pass it to the run (``RunHooks(chunk=units.link)``) so that an idle replica
+    may take back units it has not started; they are then not in the chunk's result."""
+
+    def __init__(self, units: Sequence[Unit], link: RunningChunk) -> None:
+        super().__init__(units)
+        self.link = link
 
 
 @dataclass(frozen=True)
@@ -186,13 +258,16 @@ class ReplicaSet:
     async def map_units(
         self,
         units: Sequence[Unit],
-        run_chunk: Callable[[Replica, Sequence[Unit]], Awaitable[T]],
+        run_chunk: Callable[[Replica, ChunkUnits], Awaitable[T]],
     ) -> list[ChunkResult[T]]:
         """Run every unit exactly once, in chunks, on the replicas; the chunks' results.
 
         ``run_chunk(replica, units)`` runs ``units`` (in index order) on
-        ``replica.engine`` with ``replica.ledger``. A chunk that raises an error for which
-        :func:`replica_failed` holds is run again elsewhere (its result is discarded);
+        ``replica.engine`` with ``replica.ledger``; a runner that passes ``units.link``
+        to its run (:class:`ChunkUnits`) lets idle replicas take back units it has not
+        started, and its result then covers the rest (:attr:`ChunkResult.units`). A
+        chunk that raises an error for which :func:`replica_failed` holds is run again
+        elsewhere (its result is discarded);
         any other error cancels the other chunks and is raised. Calls may run at once
         (several runs on one set share its replicas' ledgers); a replica that fails in
         one is retired in all.
@@ -235,37 +310,40 @@ class ReplicaSet:
         self,
         mapping: _Mapping,
         replica: Replica,
-        run_chunk: Callable[[Replica, Sequence[Unit]], Awaitable[T]],
+        run_chunk: Callable[[Replica, ChunkUnits], Awaitable[T]],
         results: list[ChunkResult[T]],
         failures: list[BaseException],
     ) -> None:
         """One worker of ``replica``: take chunks until no queue has any and no chunk runs
         anywhere (a failing replica's units come back), or ``replica`` fails."""
         while replica.alive:
-            chunk = self._take(mapping, replica)
+            chunk = self._take(mapping, replica) or self._take_back(mapping, replica)
             if not chunk:
-                if not mapping.running_chunks:
+                if not mapping.running:
                     mapping.changed.set()  # wake the other idle workers: nothing is left
                     return
                 mapping.changed.clear()
                 await mapping.changed.wait()
                 continue
-            mapping.running_chunks += 1
+            running = RunningChunk(replica, chunk, on_attach=mapping.changed.set)
+            mapping.running.append(running)
             try:
-                value = await run_chunk(replica, chunk)
+                value = await run_chunk(replica, ChunkUnits(chunk, running))
             except Exception as error:
                 if not replica_failed(error):
                     raise
                 failures.append(error)
-                self._retire(replica, mapping, chunk, error)
+                self._retire(replica, mapping, running.units, error)
                 return
             else:
-                replica.units_done += len(chunk)
-                replica.weight_done += sum(unit.weight for unit in chunk)
-                replica.warm.update(u.affinity for u in chunk if u.affinity is not None)
-                results.append(ChunkResult(replica.number, tuple(chunk), value))
+                done = sorted(running.units, key=lambda u: u.index)  # less what was taken
+                replica.units_done += len(done)
+                replica.weight_done += sum(unit.weight for unit in done)
+                replica.warm.update(u.affinity for u in done if u.affinity is not None)
+                if done:
+                    results.append(ChunkResult(replica.number, tuple(done), value))
             finally:
-                mapping.running_chunks -= 1
+                mapping.running.remove(running)
                 mapping.changed.set()
 
     def _take(self, mapping: _Mapping, replica: Replica) -> list[Unit]:
@@ -285,6 +363,30 @@ class ReplicaSet:
         while queue and chunk[-1].affinity is not None and queue[0].affinity == chunk[-1].affinity:
             chunk.append(queue.popleft())
         return sorted(chunk, key=lambda u: u.index)
+
+    def _take_back(self, mapping: _Mapping, thief: Replica) -> list[Unit]:
+        """When no queue has units: the later half of the units not yet started of the
+        running chunk (another live replica's) with the most of them by weight, taken
+        back from its run (see :class:`RunningChunk`); empty when none has any."""
+        victims = [
+            (sum(unit.weight for unit in chunk.untouched()), chunk)
+            for chunk in mapping.running
+            if chunk.replica is not thief and chunk.replica.alive
+        ]
+        victims = [(weight, chunk) for weight, chunk in victims if weight > 0]
+        if not victims:
+            return []
+        _, victim = max(victims, key=lambda v: (v[0], -v[1].replica.number))
+        stolen = victim.take_back()
+        thief.stolen_units += len(stolen)
+        if stolen:
+            logger.debug(
+                "replica %d took back %d units not started from replica %d's run",
+                thief.number,
+                len(stolen),
+                victim.replica.number,
+            )
+        return sorted(stolen, key=lambda u: u.index)
 
     def _steal(self, mapping: _Mapping, thief: Replica) -> None:
         """Move the later half of the busiest live queue (by weight) to ``thief``."""

@@ -251,6 +251,9 @@ class PipelineRunner:
         core = self.core
         core.start(programs)
         done: asyncio.Queue[TaskOutcome] = asyncio.Queue()
+        link = self.state.hooks.chunk
+        if link is not None:  # a replica set may take back instances not yet started
+            link.attach(core)
         try:
             async with asyncio.TaskGroup() as group:
                 while core.has_work:
@@ -270,6 +273,8 @@ class PipelineRunner:
         except BaseExceptionGroup as group_error:
             raise _first_error(group_error) from None
         finally:
+            if link is not None:
+                link.detach(core)
             if core.has_work or core.running:
                 await self._abort()
         await self._unpin(core.schedule().unpin if core.memory else [])

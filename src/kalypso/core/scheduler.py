@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 
 from kalypso.core.bounds import BoundPolicy, next_bound
@@ -176,6 +176,9 @@ class SchedulerCore:
         """After a deadlock stopped pinning: the pin keys of calls that were already in the
         engine (by task id). The engine pins their blocks when they finish, so each key is
         released again when its task comes back."""
+        self._touched_roots: set[int] = set()
+        """Root keys (an instance key's first part: a row, a query) of the instances with
+        a task admitted: they can no longer be withdrawn."""
         self._row_ordered: set[int] = set()
         """Stages whose queue was put in input-row order (behind a barrier, see
         :meth:`_launch_order`)."""
@@ -314,6 +317,7 @@ class SchedulerCore:
     def _admit(self, task: Task) -> None:
         assert self.memory is not None
         task.admitted = True
+        self._touched_roots.add(task.key[0])
         before = self.ledger.reserved_blocks
         charge = self.memory.charge(task.memory)
         if self.policy.memory_aware:
@@ -501,6 +505,33 @@ class SchedulerCore:
     def pins_in_flight(self) -> bool:
         """Calls in the engine may still pin blocks (see :meth:`stop_pinning`)."""
         return bool(self._pins_in_flight)
+
+    # ---- taking work back (a replica set's stealing) -------------------------------
+    def untouched_roots(self) -> set[int]:
+        """Root keys (an instance key's first part: an input row, a workflow query) of
+        the waiting instances none of whose tasks was admitted."""
+        waiting = {task.key[0] for queue in self.waiting for task in queue}
+        return waiting - self._touched_roots
+
+    def withdraw(self, roots: Set[int]) -> set[int]:
+        """Take out of the run the instances of ``roots`` none of whose tasks was
+        admitted (their waiting tasks leave the queues; they will not be among the
+        outputs), so that another run takes them. Returns the roots taken; the others
+        (started, done, or unknown) stay."""
+        taken = set(roots) & self.untouched_roots()
+        if not taken:
+            return taken
+        for stage, queue in enumerate(self.waiting):
+            kept: deque[Task] = deque()
+            for task in queue:
+                if task.key[0] in taken:
+                    del self._owners[id(task.memory)]
+                    self._by_program.pop(id(task.program), None)
+                else:
+                    kept.append(task)
+            self.waiting[stage] = kept
+        logger.debug("%s: %d instances withdrawn", self.owner, len(taken))
+        return taken
 
     def finish(self) -> list[Instance]:
         """The outputs ordered by instance key, with the final report figures."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,7 @@ from kalypso.core.errors import PlanError
 from kalypso.core.hooks import RunHooks
 from kalypso.core.options import RunOptions
 from kalypso.core.placement import Unit
-from kalypso.core.replicas import Replica, ReplicaSet
+from kalypso.core.replicas import ChunkUnits, Replica, ReplicaSet
 from kalypso.core.runner import RunState
 from kalypso.core.stats import OperatorStats, merged_stats
 from kalypso.query.executor import Execution
@@ -73,9 +72,10 @@ async def arun_replicated(
     started = time.monotonic()
     chunk_numbers = iter(range(1 << 62))
 
-    async def run_chunk(replica: Replica, units: Sequence[Unit]) -> tuple[Execution, RunState]:
+    async def run_chunk(replica: Replica, units: ChunkUnits) -> tuple[Execution, RunState]:
         chunk_id = f"{owner}.r{replica.number}.c{next(chunk_numbers)}"
         chunk_options = replace(options, query_id=chunk_id, progress=False)
+        chunk_hooks = merged.for_run(chunk_id) if merged is not None else RunHooks()
         try:
             done, state, _, _ = await table._execute(
                 replica.engine,
@@ -83,7 +83,7 @@ async def arun_replicated(
                 replica.ledger,
                 None,
                 None,
-                merged.for_run(chunk_id) if merged is not None else None,
+                replace(chunk_hooks, chunk=units.link),  # rows not started may be taken back
                 rows=[unit.index for unit in units],
             )
         except BaseException:

@@ -24,7 +24,7 @@ from kalypso.core.errors import PlanError
 from kalypso.core.hooks import RunHooks
 from kalypso.core.options import RunOptions, run_options
 from kalypso.core.placement import Unit
-from kalypso.core.replicas import Replica, ReplicaSet
+from kalypso.core.replicas import ChunkUnits, Replica, ReplicaSet
 from kalypso.core.stats import OperatorStats, merged_stats, stats_frame
 from kalypso.core.warm import WarmReport
 from kalypso.workflow.dsl import Workflow
@@ -83,9 +83,10 @@ async def arun_replicated(
     merged = hooks.merged() if hooks is not None else None  # the chunks' progress summed
     counter = iter(range(1 << 62))
 
-    async def run_chunk(replica: Replica, units: Sequence[Unit]) -> WorkflowResult:
+    async def run_chunk(replica: Replica, units: ChunkUnits) -> WorkflowResult:
         chunk_id = f"{owner}.r{replica.number}.c{next(counter)}"
         chunk = replace(base, query_id=chunk_id, progress=False)
+        chunk_hooks = merged.for_run(chunk_id) if merged is not None else RunHooks()
         try:
             return await arun(
                 workflows,
@@ -94,7 +95,7 @@ async def arun_replicated(
                 chunk,
                 workflow_options=workflow_options,
                 ledger=replica.ledger,
-                hooks=merged.for_run(chunk_id) if merged is not None else None,
+                hooks=replace(chunk_hooks, chunk=units.link),  # queries not started may go
                 queries=[unit.index for unit in units],
             )
         except BaseException:
