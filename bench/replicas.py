@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -40,6 +41,7 @@ from kalypso import workflow as wf
 from kalypso.batch import arun_batch
 from kalypso.core.replicas import ReplicaSet
 from kalypso.core.routing import RoutedEngine
+from kalypso.engine.cost_model import CostModel, Work
 from kalypso.engine.sim.clock import SharedClock
 from kalypso.engine.sim.costs import get_profile
 from kalypso.engine.sim.engine import SimEngine
@@ -102,13 +104,25 @@ class Job:
         if self.plan is not None:
             result = await self.plan.arun(target)
             return Outcome(
-                result.frame, result.prefill_tokens, result.min_prefill_tokens, result.llm_calls
+                result.frame,
+                result.prefill_tokens,
+                result.min_prefill_tokens,
+                result.llm_calls,
+                result.output_tokens,
+                result.longest_chain_tokens,
             )
         if self.batch is not None:
             return await self._run_batch(self.batch, target)
         assert self.flow is not None and self.inputs is not None
         done = await wf.arun(self.flow, target, self.inputs)
-        return Outcome(done.outputs, done.prefill_tokens, done.min_prefill_tokens, done.llm_calls)
+        return Outcome(
+            done.outputs,
+            done.prefill_tokens,
+            done.min_prefill_tokens,
+            done.llm_calls,
+            done.output_tokens,
+            done.longest_chain_tokens,
+        )
 
     @staticmethod
     async def _run_batch(shape: BatchShape, target: Any) -> Outcome:
@@ -124,7 +138,15 @@ class Job:
                 "answer": [r["response"]["body"]["choices"][0]["message"]["content"] for r in rows],
             }
         )
-        return Outcome(frame, result.prefill_tokens, result.min_prefill_tokens, result.distinct)
+        longest = max(r["response"]["body"]["usage"]["completion_tokens"] for r in rows)
+        return Outcome(
+            frame,
+            result.prefill_tokens,
+            result.min_prefill_tokens,
+            result.distinct,
+            result.output_tokens,
+            longest,  # a request depends on no other: its own output is a chain
+        )
 
 
 @dataclass(frozen=True)
@@ -133,6 +155,24 @@ class Outcome:
     prefill_tokens: int
     min_prefill_tokens: int
     llm_calls: int
+    output_tokens: int
+    chain_tokens: int
+    """The most tokens one tuple's chain of dependent calls generated."""
+
+    def share_least_s(self, model: CostModel, count: int) -> float:
+        """The least time of one replica's share of this work on ``count`` replicas: a
+        ``count``-th of the least prefill and of the generated tokens, and the steps of
+        the longest chain (every share holds tuples like the longest: a share is
+        hundreds of rows of one workload). No schedule runs the busiest share faster,
+        so the efficiency on ``count`` replicas is at most ``one_s / (count * this)``."""
+        return model.predict_s(
+            Work(
+                prefill_tokens=math.ceil(self.min_prefill_tokens / count),
+                decode_tokens=math.ceil(self.output_tokens / count),
+                concurrency=model.max_seqs or 1,
+                chain_tokens=self.chain_tokens,
+            )
+        )
 
 
 async def run_cell(
@@ -172,7 +212,8 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         label = f"{name} ({args.scale}" + (f", {args.rows:,} rows)" if args.rows else ")")
         for profile in args.profiles:
             for kv_fraction in args.kv_fractions:
-                one, one_s, _ = await run_cell(job, profile, 1, "kalypso", kv_fraction)
+                one, one_s, (first,) = await run_cell(job, profile, 1, "kalypso", kv_fraction)
+                model = first.cost_model
                 for count in args.replicas:
                     for router in args.routers:
                         if count == 1 and router != "kalypso":
@@ -196,6 +237,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                                 },
                             )
                         busy = [sim.busy_s for sim in sims] or [seconds]
+                        share_least_s = one.share_least_s(model, count)
                         record = {
                             "kind": "replicas",
                             "workload": label,
@@ -210,6 +252,12 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                             "min_prefill_tokens": one.min_prefill_tokens,
                             "llm_calls": result.llm_calls,
                             "imbalance": round(max(busy) / statistics.mean(busy), 3),
+                            "steps_per_replica": round(
+                                statistics.mean(sim.num_steps for sim in sims or [first]), 1
+                            ),
+                            "chain_tokens": one.chain_tokens,
+                            "share_least_s": round(share_least_s, 3),
+                            "most_efficiency": round(one_s / share_least_s / count, 3),
                             "same_result": result.frame.equals(one.frame),
                             "wall_s": round(time.monotonic() - started, 1),
                             "date": stamp.date,
@@ -220,7 +268,8 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                         print(
                             f"{name} {profile} kv x{kv_fraction} {count} {router}:"
                             f" {seconds:.1f} s (x{record['speedup']}, efficiency"
-                            f" {record['efficiency']}), prefill {result.prefill_tokens:,}"
+                            f" {record['efficiency']}, at most {record['most_efficiency']}),"
+                            f" prefill {result.prefill_tokens:,}"
                             f" (min {one.min_prefill_tokens:,}), imbalance"
                             f" {record['imbalance']}, same: {record['same_result']}",
                             flush=True,

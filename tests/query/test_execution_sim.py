@@ -240,6 +240,27 @@ async def test_stats_match_what_the_engine_served(
     assert sorted(result.frame["quote"].map(len) > 0) == [True] * len(result.frame)
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+async def test_the_longest_chain_is_the_most_tokens_one_tuple_generated(
+    make_engine: EngineFactory, review_tables: tuple[Table, Table], policy: str
+) -> None:
+    """A tuple's chain is its filter's token, its join's and its map's (continuations
+    included); the run's is the longest, under either policy alike."""
+    engine = make_engine()
+    result = await filter_join_map(review_tables).arun(engine, policy=policy)
+    made: dict[tuple[str, tuple[int, ...]], int] = {}
+    for r in engine.results:
+        at = (_op_of(r.request_id), _key_of(r.request_id))
+        made[at] = made.get(at, 0) + len(r.output_token_ids)
+    chains = [
+        made[("1:sem_filter", key[:1])] + tokens + made.get(("4:sem_map", key), 0)
+        for (op, key), tokens in made.items()
+        if op == "3:sem_join"
+    ]
+    chains += [t for (op, _), t in made.items() if op == "1:sem_filter"]  # rows it dropped
+    assert result.longest_chain_tokens == max(chains) > 2
+
+
 async def test_pipelined_gives_deeper_stages_priority(
     make_engine: EngineFactory, review_tables: tuple[Table, Table]
 ) -> None:
@@ -567,6 +588,11 @@ async def test_stage_after_a_barrier_runs_on_the_k_survivors(
     assert stats["3:sem_map"].rows_in == stats["3:sem_map"].calls == 2
     assert set(result.frame["topk_score"]) == {9, 7}
     assert list(result.frame.columns) == list(plan.columns)
+    # the chain: the filter's token and the score's, then the longest description
+    described = [
+        len(r.output_token_ids) for r in engine.results if _op_of(r.request_id) == "3:sem_map"
+    ]
+    assert result.longest_chain_tokens == 1 + 1 + max(described)
 
 
 async def test_sem_agg_returns_one_row(make_engine: EngineFactory) -> None:
@@ -594,6 +620,9 @@ async def test_sem_agg_folds_groups_that_do_not_fit_one_prompt(make_engine: Engi
     assert len(result.frame) == 1
     assert by_op(result)["1:sem_agg"].calls == 3
     assert all(len(r.prompt_token_ids) + r.max_tokens <= 1024 for r in engine.requests)
+    # a chain through the folds: the longer partial answer, then the final one
+    partial, final = [len(r.output_token_ids) for r in engine.results[:2]], engine.results[2]
+    assert result.longest_chain_tokens == max(partial) + len(final.output_token_ids)
 
 
 async def test_sem_agg_of_nothing_is_one_empty_row(make_engine: EngineFactory) -> None:

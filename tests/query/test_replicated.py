@@ -47,6 +47,7 @@ async def test_three_replicas_give_the_one_engine_table() -> None:
     spread = await plan(60).arun(replicas)
     pd.testing.assert_frame_equal(spread.frame, alone.frame)
     assert spread.llm_calls == alone.llm_calls
+    assert spread.longest_chain_tokens == alone.longest_chain_tokens > 1
     assert [r.units_done for r in replicas.replicas] and all(
         r.units_done > 0 for r in replicas.replicas
     )

@@ -1,6 +1,7 @@
 """Crash-safe resume: ``kill -9`` of a real ``kalypso serve`` process in the middle of a
 job, a restart on the same database, and the job finishes with the result of an
-uninterrupted run, sending none of the calls it had journaled to the engine again."""
+uninterrupted run, sending none of the calls it had journaled to the engine again; also
+when the server runs on a replica set, and restarts on another number of replicas."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ ROWS = 600
 class ServerProcess:
     """``kalypso serve`` on the simulator in a process of its own."""
 
-    def __init__(self, db_url: str, log: Path) -> None:
+    def __init__(self, db_url: str, log: Path, replicas: int) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -51,6 +52,7 @@ class ServerProcess:
                 str(self.port),
                 "--import",
                 "tests.service.plans",
+                *(["--replicas", str(replicas)] if replicas > 1 else []),
             ],
             cwd=REPO,
             env=env,
@@ -94,8 +96,9 @@ def journaled(database: Database, job_id: str) -> int:
         )
 
 
+@pytest.mark.parametrize(("before", "after"), [(1, 1), (2, 3)], ids=["one-engine", "replicas"])
 def test_kill_9_mid_job_then_restart_resumes_without_repeating_calls(
-    tmp_path: Path, processes: list[ServerProcess]
+    tmp_path: Path, processes: list[ServerProcess], before: int, after: int
 ) -> None:
     url = database_url(tmp_path)
     database = Database(url)
@@ -104,7 +107,7 @@ def test_kill_9_mid_job_then_restart_resumes_without_repeating_calls(
             from kalypso.service.tokens import create_token
 
             token = create_token(session, "resumer")
-        first = ServerProcess(url, tmp_path / "server.log")
+        first = ServerProcess(url, tmp_path / "server.log", before)
         processes.append(first)
         with Client(first.url, token) as client:
             job_id = client.submit(review_plan(ROWS))["id"]
@@ -115,8 +118,9 @@ def test_kill_9_mid_job_then_restart_resumes_without_repeating_calls(
         first.kill(signal.SIGKILL)
         kept = journaled(database, job_id)
         assert kept >= 150
-        second = ServerProcess(url, tmp_path / "server.log")
+        second = ServerProcess(url, tmp_path / "server.log", after)
         processes.append(second)
+        assert httpx.get(second.url + "/healthz").json()["replicas"] == after
         with Client(second.url, token) as client:
             done = client.wait(job_id, timeout_s=120)
             assert done["status"] == "completed", done["errors"]

@@ -51,7 +51,10 @@ class Instance:
     ``outputs`` holds each LLM node's outcome by node id; ``memo`` caches token ids the
     front end derives from values (shared with children, dropped per value on change);
     ``last_prompt`` is the last prompt sent for this instance (or its parent): the prefix
-    the next call on it expects to find in the KV cache.
+    the next call on it expects to find in the KV cache; ``generated_tokens`` counts the
+    tokens the engine generated for its calls and its parent's (result-cache answers
+    count none): on a chain of calls, as a query's pipeline is, the least engine steps
+    they needed one after another.
     """
 
     key: InstanceKey
@@ -59,12 +62,18 @@ class Instance:
     outputs: dict[str, CallOutcome] = field(default_factory=dict)
     memo: dict[str, tuple[int, ...]] = field(default_factory=dict)
     last_prompt: tuple[int, ...] | None = None
+    generated_tokens: int = 0
 
     def with_value(self, name: str, value: Any) -> Instance:
         """A copy with ``name`` set (appended if new); memoized ids of ``name`` dropped."""
         memo = {k: v for k, v in self.memo.items() if k != name}
         return Instance(
-            self.key, {**self.values, name: value}, dict(self.outputs), memo, self.last_prompt
+            self.key,
+            {**self.values, name: value},
+            dict(self.outputs),
+            memo,
+            self.last_prompt,
+            self.generated_tokens,
         )
 
     def child(self, index: int, values: dict[str, Any]) -> Instance:
@@ -75,4 +84,5 @@ class Instance:
             dict(self.outputs),
             dict(self.memo),
             self.last_prompt,
+            self.generated_tokens,
         )

@@ -298,6 +298,8 @@ class StageProgram:
         assert isinstance(node, LLMNode) and self.instance is not None
         self._partial = ()
         self.instance.outputs[node.node_id] = outcome
+        if not outcome.from_result_cache:
+            self.instance.generated_tokens += len(outcome.output_token_ids)
         self._advance(self.instance)
 
     def run_fn(self, step: FnStep) -> None:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kalypso.core.errors import PlanError, QueryError, TaskFailed
 from kalypso.core.graph import LLMNode, Slot, Stage
-from kalypso.core.instance import Instance
+from kalypso.core.instance import Instance, InstanceKey
 from kalypso.core.program import StageProgram, render_prompt
 from kalypso.core.report import PipelineReport, StageView
 from kalypso.core.runner import PipelineRunner, RunState, decision_token_ids
@@ -51,6 +51,24 @@ class Execution:
 
     instances: list[Instance]
     reports: list[PipelineReport]
+    longest_chain_tokens: int = 0
+    """The most tokens one row's chain of calls generated, summed over the pipelines and
+    barriers (each starts after the one before): the least engine steps any schedule of
+    these calls needs."""
+
+    def add_chain(self, instances: Sequence[Instance], had: Mapping[InstanceKey, int]) -> None:
+        """Count what a pipeline or barrier generated for its output ``instances``, whose
+        inputs had generated ``had`` (by key, from :func:`generated`) when it started; a
+        child counts from its parent."""
+        depth = len(next(iter(had))) if had else 0
+        self.longest_chain_tokens += max(
+            (i.generated_tokens - had.get(i.key[:depth], 0) for i in instances), default=0
+        )
+
+
+def generated(instances: Sequence[Instance]) -> dict[InstanceKey, int]:
+    """Each instance's generated tokens, by key (a snapshot: runs count on in place)."""
+    return {i.key: i.generated_tokens for i in instances}
 
 
 def initial_programs(
@@ -268,20 +286,24 @@ async def _run_stage(
 
 async def _run_barrier(
     pipeline: LoweredPipeline,
-    instances: list[Instance],
+    done: Execution,
     state: RunState,
-    reports: list[PipelineReport],
     on_update: Callable[[list[StageView]], None] | None,
 ) -> list[Instance]:
+    """The barrier's output instances (fresh, so the next pipeline counts its chain from
+    0); its reports and chain added to ``done``."""
     assert pipeline.barrier is not None
+    instances = done.instances
     planned = pipeline.barrier
     op = planned.operator
     context = LoweringContext(state.options.system_prompt, state.layout)
     stats = state.stats_for(planned.op_id)
     if isinstance(op, SemTopK):
         nodes = op.scorer().lower(planned.op_id, context)
+        before = generated(instances)
         scored, report = await _run_stage(nodes, instances, state, on_update)
-        reports.append(report)
+        done.reports.append(report)
+        done.add_chain(scored, before)
         stats.rows_in, stats.rows_out = len(instances), min(op.k, len(scored))
         return op.select(scored)
     assert isinstance(op, SemAgg)
@@ -296,7 +318,8 @@ async def _run_barrier(
         groups = op.pack(texts, state.layout.tokenizer, window)
         holders = [Instance((g,), {ITEMS_COLUMN: text}) for g, text in enumerate(groups)]
         folded, report = await _run_stage(nodes, holders, state, on_update)
-        reports.append(report)
+        done.reports.append(report)
+        done.add_chain(folded, {})  # fresh holders
         texts = [str(i.values["partial"]) for i in folded]
         if len(texts) == 1:
             stats.rows_out = 1
@@ -340,9 +363,8 @@ async def execute(
         last = pipeline is lowered[-1]
         try:
             if pipeline.barrier is not None:
-                done.instances = await _run_barrier(
-                    pipeline, done.instances, state, done.reports, update
-                )
+                done.instances = await _run_barrier(pipeline, done, state, update)
+            before = generated(done.instances)
             runner = PipelineRunner(state, len(pipeline.stages), update)
             try:
                 done.instances = await runner.run(
@@ -350,6 +372,7 @@ async def execute(
                 )
             finally:
                 done.reports.append(runner.report)
+            done.add_chain(done.instances, before)
         except TaskFailed as failure:
             completed = (
                 sorted(runner.core.outputs, key=lambda i: i.key)

@@ -87,6 +87,10 @@ class QueryResult(RunTotals):
     decisions: tuple[Decision, ...] = field(default=(), repr=False)
     """Every constrained decision with its margin, in (operator, key) order."""
     near_tie_margin: float = 0.1
+    longest_chain_tokens: int = 0
+    """The most tokens one row's chain of dependent calls generated, over the plan's
+    pipelines (:meth:`~kalypso.core.graph.TaskGraph.longest_chain_tokens`): the least
+    engine steps any schedule of these calls needs."""
 
     @property
     def lost_prefixes(self) -> int:
@@ -551,6 +555,7 @@ def query_result(
             for op, key, choice, margin in sorted(decisions, key=lambda d: (d[0], d[1]))
         ),
         near_tie_margin=options.near_tie_margin,
+        longest_chain_tokens=done.longest_chain_tokens,
     )
 
 

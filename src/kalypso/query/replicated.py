@@ -109,8 +109,9 @@ async def arun_replicated(
     operator_stats = tuple(merged_stats(parts) for parts in by_operator.values())
     decisions = [d for state in states for d in state.decisions]
     engine_name = f"{len(replicas.replicas)} replicas of {replicas.replicas[0].engine.name}"
+    chain_tokens = max((chunk.value[0].longest_chain_tokens for chunk in chunks), default=0)
     result = query_result(
-        Execution(instances, reports),
+        Execution(instances, reports, chain_tokens),
         physical,
         operator_stats,
         decisions,
