@@ -109,3 +109,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     teardowns, so vLLM servers and engines that tests started are stopped instead of
     outliving the run (by default SIGTERM kills pytest on the spot)."""
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+
+
+ENGINES_GROUP = "engines"
+"""The pytest-xdist group of the tests that start real engines (vLLM, a Ray cluster)."""
+
+
+@pytest.hookimpl(trylast=True)  # after pytest orders items by their fixtures' params
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``). The
+    tests that start real engines (marked ``vllm``, and the Ray cluster's) form one group,
+    which one worker runs in order, first: never two engines at once on this machine, and
+    each session-shared engine started once. The other worker takes the rest meanwhile."""
+    for item in items:
+        if item.get_closest_marker("vllm") is not None or item.path.parent.name == "ray":
+            item.add_marker(pytest.mark.xdist_group(ENGINES_GROUP))
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)  # stable

@@ -449,9 +449,11 @@ class Table:
             raise PlanError(str(exc)) from None
         for planned in physical.operators():
             state.stats_for(planned.op_id)
-        instances = input_instances(self._source.to_dict("records"))
-        if rows is not None:
-            instances = [instances[row] for row in rows]
+        if rows is None:
+            instances = input_instances(self._source.to_dict("records"))
+        else:  # only these rows converted: a replica's chunk of a large table
+            picked = self._source.iloc[list(rows)].to_dict("records")
+            instances = input_instances(picked, rows)
         started = time.monotonic()
         logger.info(
             "query %s: %d rows, %d operators, policy %s, on %s",

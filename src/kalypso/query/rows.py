@@ -82,6 +82,13 @@ class ContextSlot:
         return out
 
 
-def input_instances(records: Sequence[dict[Any, Any]]) -> list[Instance]:
-    """One instance per input row, keyed by its position."""
-    return [Instance((i,), {str(k): v for k, v in r.items()}) for i, r in enumerate(records)]
+def input_instances(
+    records: Sequence[dict[Any, Any]], positions: Sequence[int] | None = None
+) -> list[Instance]:
+    """One instance per input row, keyed by its position in the table (``positions``,
+    one per record; default: the records are the whole table, in order)."""
+    keys = range(len(records)) if positions is None else positions
+    return [
+        Instance((i,), {str(k): v for k, v in r.items()})
+        for i, r in zip(keys, records, strict=True)
+    ]
