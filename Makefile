@@ -27,7 +27,7 @@ demo: setup
 	$(BIN)/kalypso demo
 
 test: setup system-deps lint
-	$(BIN)/python -m pytest -q -rs --durations=10 -n 2 --dist loadgroup
+	scripts/test-suite $(BIN)/python
 	$(MAKE) --no-print-directory test-postgres
 
 # The job server's tests again, against a throwaway PostgreSQL server (the browser test

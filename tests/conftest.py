@@ -111,17 +111,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
 
 
-ENGINES_GROUP = "engines"
-"""The pytest-xdist group of the tests that start real engines (vLLM, a Ray cluster)."""
+def _starts_engines(item: pytest.Item) -> bool:
+    return item.get_closest_marker("vllm") is not None or item.path.parent.name == "ray"
 
 
-@pytest.hookimpl(trylast=True)  # after pytest orders items by their fixtures' params
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``). The
-    tests that start real engines (marked ``vllm``, and the Ray cluster's) form one group,
-    which one worker runs in order, first: never two engines at once on this machine, and
-    each session-shared engine started once. The other worker takes the rest meanwhile."""
+    """Mark ``engines`` the tests that start real engines (marked ``vllm``, and the Ray
+    cluster's): ``make test`` (``scripts/test-suite``) runs them one after another in one
+    process and the rest beside them in another, so that never two engines run at once
+    on this machine and each session-shared engine starts once."""
     for item in items:
-        if item.get_closest_marker("vllm") is not None or item.path.parent.name == "ray":
-            item.add_marker(pytest.mark.xdist_group(ENGINES_GROUP))
-    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)  # stable
+        if _starts_engines(item):
+            item.add_marker(pytest.mark.engines)
