@@ -26,9 +26,10 @@ system-deps:
 demo: setup
 	$(BIN)/kalypso demo
 
-test: setup system-deps lint
+# The linters and the suite side by side (scripts/test-suite): the tests that start real
+# engines in two streams, the linters, the other tests and the PostgreSQL run beside them.
+test: setup system-deps
 	scripts/test-suite $(BIN)/python
-	$(MAKE) --no-print-directory test-postgres
 
 # The job server's tests again, against a throwaway PostgreSQL server (the browser test
 # is the same on either database, so it runs once, above).

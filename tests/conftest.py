@@ -118,9 +118,12 @@ def _starts_engines(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``engines`` the tests that start real engines (marked ``vllm``, and the Ray
-    cluster's): ``make test`` (``scripts/test-suite``) runs them one after another in one
-    process and the rest beside them in another, so that never two engines run at once
-    on this machine and each session-shared engine starts once."""
+    cluster's), and ``engine_layer`` those of them in ``tests/engine``: ``make test``
+    (``scripts/test-suite``) runs the two kinds in two processes, each one test after
+    another (so at most two engines at once on this machine, and each session-shared
+    engine started once), and the other tests beside them."""
     for item in items:
         if _starts_engines(item):
             item.add_marker(pytest.mark.engines)
+            if item.path.parent.name == "engine":
+                item.add_marker(pytest.mark.engine_layer)
