@@ -286,15 +286,13 @@ def plot(records: Sequence[dict[str, Any]], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(6.4, 4.4))
-    lines: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    lines: dict[tuple[str, str], dict[int, float]] = {}  # a cell run again: the later
     for r in records:
         if r["router"] == "kalypso" and r["kv_fraction"] == 1.0 and "rows" not in r["workload"]:
-            lines.setdefault((r["workload"], r["profile"]), []).append(
-                (r["replicas"], r["speedup"])
-            )
+            lines.setdefault((r["workload"], r["profile"]), {})[r["replicas"]] = r["speedup"]
     most = 1
-    for (workload, profile), points in sorted(lines.items()):
-        points.sort()
+    for (workload, profile), speedups in sorted(lines.items()):
+        points = sorted(speedups.items())
         most = max(most, points[-1][0])
         axes.plot(*zip(*points, strict=True), marker="o", label=f"{workload}, {profile}")
     axes.plot([1, most], [1, most], color="grey", linestyle="--", label="ideal")
