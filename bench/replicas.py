@@ -169,7 +169,7 @@ class Outcome:
             Work(
                 prefill_tokens=math.ceil(self.min_prefill_tokens / count),
                 decode_tokens=math.ceil(self.output_tokens / count),
-                concurrency=model.max_seqs or 1,
+                concurrency=model.max_seqs or max(1, self.output_tokens),  # no limit
                 chain_tokens=self.chain_tokens,
             )
         )

@@ -111,10 +111,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
 
 
-def _starts_engines(item: pytest.Item) -> bool:
-    return item.get_closest_marker("vllm") is not None or item.path.parent.name == "ray"
-
-
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``engines`` the tests that start real engines (marked ``vllm``, and the Ray
@@ -123,7 +119,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     another (so at most two engines at once on this machine, and each session-shared
     engine started once), and the other tests beside them."""
     for item in items:
-        if _starts_engines(item):
+        if item.get_closest_marker("vllm") is not None or item.path.parent.name == "ray":
             item.add_marker(pytest.mark.engines)
             if item.path.parent.name == "engine":
                 item.add_marker(pytest.mark.engine_layer)

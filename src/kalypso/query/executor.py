@@ -56,19 +56,17 @@ class Execution:
     barriers (each starts after the one before): the least engine steps any schedule of
     these calls needs."""
 
-    def add_chain(self, instances: Sequence[Instance], had: Mapping[InstanceKey, int]) -> None:
-        """Count what a pipeline or barrier generated for its output ``instances``, whose
-        inputs had generated ``had`` (by key, from :func:`generated`) when it started; a
-        child counts from its parent."""
-        depth = len(next(iter(had))) if had else 0
+    def add_chain(
+        self, instances: Sequence[Instance], had: Mapping[InstanceKey, int] | None = None
+    ) -> None:
+        """Count what a pipeline or barrier generated for its output ``instances``: all of
+        it for fresh instances (a pipeline's inputs are the table's rows or a barrier's
+        new instances), less what each had generated when it started (``had``, by key:
+        the rows a ``sem_topk`` scores, which go on counting in place)."""
+        had = had or {}
         self.longest_chain_tokens += max(
-            (i.generated_tokens - had.get(i.key[:depth], 0) for i in instances), default=0
+            (i.generated_tokens - had.get(i.key, 0) for i in instances), default=0
         )
-
-
-def generated(instances: Sequence[Instance]) -> dict[InstanceKey, int]:
-    """Each instance's generated tokens, by key (a snapshot: runs count on in place)."""
-    return {i.key: i.generated_tokens for i in instances}
 
 
 def initial_programs(
@@ -300,7 +298,7 @@ async def _run_barrier(
     stats = state.stats_for(planned.op_id)
     if isinstance(op, SemTopK):
         nodes = op.scorer().lower(planned.op_id, context)
-        before = generated(instances)
+        before = {i.key: i.generated_tokens for i in instances}
         scored, report = await _run_stage(nodes, instances, state, on_update)
         done.reports.append(report)
         done.add_chain(scored, before)
@@ -319,7 +317,7 @@ async def _run_barrier(
         holders = [Instance((g,), {ITEMS_COLUMN: text}) for g, text in enumerate(groups)]
         folded, report = await _run_stage(nodes, holders, state, on_update)
         done.reports.append(report)
-        done.add_chain(folded, {})  # fresh holders
+        done.add_chain(folded)
         texts = [str(i.values["partial"]) for i in folded]
         if len(texts) == 1:
             stats.rows_out = 1
@@ -364,7 +362,6 @@ async def execute(
         try:
             if pipeline.barrier is not None:
                 done.instances = await _run_barrier(pipeline, done, state, update)
-            before = generated(done.instances)
             runner = PipelineRunner(state, len(pipeline.stages), update)
             try:
                 done.instances = await runner.run(
@@ -372,7 +369,7 @@ async def execute(
                 )
             finally:
                 done.reports.append(runner.report)
-            done.add_chain(done.instances, before)
+            done.add_chain(done.instances)
         except TaskFailed as failure:
             completed = (
                 sorted(runner.core.outputs, key=lambda i: i.key)

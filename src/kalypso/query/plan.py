@@ -88,9 +88,9 @@ class QueryResult(RunTotals):
     """Every constrained decision with its margin, in (operator, key) order."""
     near_tie_margin: float = 0.1
     longest_chain_tokens: int = 0
-    """The most tokens one row's chain of dependent calls generated, over the plan's
-    pipelines (:meth:`~kalypso.core.graph.TaskGraph.longest_chain_tokens`): the least
-    engine steps any schedule of these calls needs."""
+    """The most tokens one row's chain of dependent calls generated, summed over the
+    plan's pipelines and barriers: the least engine steps any schedule of these calls
+    needs."""
 
     @property
     def lost_prefixes(self) -> int:
