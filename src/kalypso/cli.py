@@ -37,6 +37,7 @@ from kalypso.engine.cost_model import CostModel
 from kalypso.engine.open import EngineFlagsError, parse_size_bytes
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.quiet import output_to
+from kalypso.engine.vllm_server import DEFAULT_STARTUP_TIMEOUT_S
 from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings, calibration_key
 from kalypso.models import (
     BUNDLED_MODEL_NAME,
@@ -95,7 +96,12 @@ def cmd_engine_serve(args: argparse.Namespace) -> int:
     from kalypso.engine.vllm_server import VLLMServer
 
     settings = dataclasses.replace(_settings(args), deterministic=args.deterministic)
-    server = VLLMServer.start(settings, port=args.port, admin_endpoints=args.admin_endpoints)
+    server = VLLMServer.start(
+        settings,
+        port=args.port,
+        admin_endpoints=args.admin_endpoints,
+        startup_timeout_s=args.startup_timeout,
+    )
     admin = "admin endpoints ON (unauthenticated)" if args.admin_endpoints else "no admin endpoints"
     console.print(
         f"vLLM serving {server.served_model_name!r} at {server.base_url} (pid {server.pid},"
@@ -276,6 +282,14 @@ def build_parser() -> argparse.ArgumentParser:
         dest="calibrate",
         action="store_false",
         help="do not measure (or read) the engine's cost model once it is up",
+    )
+    serve.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=DEFAULT_STARTUP_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up if the server is not healthy after this long (default %(default).0f;"
+        " a 2-core host busy with other work can take minutes)",
     )
     serve.set_defaults(func=cmd_engine_serve)
     calibrate = engine.add_parser(

@@ -24,6 +24,7 @@ from kalypso import cli
 from kalypso.engine.protocol import EngineError, UnsupportedFeatureError
 from kalypso.engine.vllm_server import (
     ADMIN_ENV_VAR,
+    DEFAULT_STARTUP_TIMEOUT_S,
     VLLMServer,
     launch_process_group,
     process_group_alive,
@@ -119,7 +120,7 @@ def test_stop_process_group_stops_children_of_a_dead_leader() -> None:
             os.killpg(leader.pid, signal.SIGKILL)
 
 
-def test_engine_serve_enables_admin_endpoints_only_when_asked(
+def test_engine_serve_passes_admin_endpoints_and_startup_timeout_as_asked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[dict[str, Any]] = []
@@ -132,15 +133,20 @@ def test_engine_serve_enables_admin_endpoints_only_when_asked(
         raise Started
 
     monkeypatch.setattr(VLLMServer, "start", staticmethod(fake_start))
-    for argv in (["engine", "serve"], ["engine", "serve", "--admin-endpoints", "--deterministic"]):
+    for argv in (
+        ["engine", "serve"],
+        ["engine", "serve", "--admin-endpoints", "--deterministic", "--startup-timeout", "90"],
+    ):
         args: argparse.Namespace = cli.build_parser().parse_args(argv)
         with pytest.raises(Started):
             args.func(args)
     assert [c["admin_endpoints"] for c in calls] == [False, True]
     assert [c["settings"].deterministic for c in calls] == [False, True]
+    assert [c["startup_timeout_s"] for c in calls] == [DEFAULT_STARTUP_TIMEOUT_S, 90.0]
 
 
 @pytest.mark.vllm
+@pytest.mark.timeout(DEFAULT_STARTUP_TIMEOUT_S + 400)
 async def test_engine_serve_prints_its_model_and_sigterm_stops_all_and_reaches_the_caller() -> None:
     """One real server, started by `kalypso engine serve` with this process's environment
     asking for admin endpoints: it prints the server's cost model; the admin endpoints
@@ -166,7 +172,7 @@ async def test_engine_serve_prints_its_model_and_sigterm_stops_all_and_reaches_t
     assert serve.stderr is not None
     lines: list[str] = []
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + DEFAULT_STARTUP_TIMEOUT_S + 120
         while time.monotonic() < deadline and not any("cost model:" in x for x in lines):
             line = await asyncio.to_thread(serve.stderr.readline)
             if not line:

@@ -53,6 +53,9 @@ logger = logging.getLogger(__name__)
 
 ADMIN_ENV_VAR = "VLLM_SERVER_DEV_MODE"
 """vLLM's switch for its unauthenticated admin ("dev") endpoints."""
+DEFAULT_STARTUP_TIMEOUT_S = 600.0
+"""How long :meth:`VLLMServer.start` waits for ``/health``: about a minute alone on a 2-core
+host, several when other processes compete for its cores."""
 
 _PR_SET_PDEATHSIG = 1
 
@@ -233,7 +236,7 @@ class VLLMServer:
         *,
         port: int | None = None,
         served_model_name: str | None = None,
-        startup_timeout_s: float = 300.0,
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
         log_path: Path | None = None,
         admin_endpoints: bool = False,
     ) -> VLLMServer:
