@@ -18,10 +18,8 @@ from kalypso.batch import output
 from kalypso.batch.lower import NODE, Shape, lower_shape, shape_key
 from kalypso.batch.result import BatchResult
 from kalypso.batch.schema import BatchRequest
-from kalypso.core.bounds import BoundPolicy
 from kalypso.core.dataflow import FlowPlan, root_programs
 from kalypso.core.errors import QueryError, TaskFailed
-from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.hooks import RunHooks
 from kalypso.core.instance import CallOutcome, Instance
 from kalypso.core.ledger import KVLedger
@@ -132,15 +130,9 @@ async def run_shape(
             cost_model=engine.cost_model,
         )
     )
-    bounds = BoundPolicy(
-        bounded=policy.bounded_outputs,
-        estimator=TokenBoundEstimator() if options.estimate_bounds else None,
-        fixed_bound_tokens=options.fixed_bound_tokens,
+    state = RunState.create(
+        engine, options, owner, ledger, policy, shape.layout, result_cache=cache, hooks=hooks
     )
-    state = RunState.create(engine, options, owner, ledger, bounds, shape.layout)
-    state.result_cache = cache
-    if hooks is not None:
-        state.hooks = hooks
     flow = FlowPlan.of(shape.graph)
     runner = PipelineRunner(state, flow.num_stages, policy=policy)
     if hooks is not None and hooks.on_progress is not None:

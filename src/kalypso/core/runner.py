@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from kalypso.core.bounds import BoundPolicy
 from kalypso.core.errors import PlanError, TaskFailed
+from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.graph import LLMNode
 from kalypso.core.hooks import CallSite, RunHooks
 from kalypso.core.ideal_cache import IdealPrefixCache
@@ -99,11 +100,16 @@ class RunState:
         options: RunOptions,
         owner: str,
         ledger: KVLedger | None,
-        bounds: BoundPolicy,
+        policy: Policy,
         layout: ChatLayout | None = None,
+        *,
+        result_cache: PromptResultCache | None = None,
+        hooks: RunHooks | None = None,
     ) -> RunState:
         """The run's state; ``ledger`` is one shared with other runs, or None for a ledger
-        of its own, of the engine's blocks times ``options.kv_overcommit``.
+        of its own, of the engine's blocks times ``options.kv_overcommit``. Its output
+        bounds follow ``policy`` (bounded or at the cap) and ``options`` (the estimator, a
+        fixed first bound); without ``hooks``, no journal and no listener.
 
         Raises:
             PlanError: an overcommitted ledger asked for with a shared one.
@@ -114,6 +120,11 @@ class RunState:
                 f" ({ledger.capacity_blocks} blocks) sets how much every run sharing it admits"
             )
         own_blocks = int(engine.capacity.num_blocks * options.kv_overcommit)
+        bounds = BoundPolicy(
+            bounded=policy.bounded_outputs,
+            estimator=TokenBoundEstimator() if options.estimate_bounds else None,
+            fixed_bound_tokens=options.fixed_bound_tokens,
+        )
         return cls(
             engine=engine,
             layout=layout or ChatLayout(engine.tokenizer),
@@ -123,6 +134,8 @@ class RunState:
             bounds=bounds,
             stats={},
             ideal_cache=IdealPrefixCache(engine.capacity.block_size_tokens),
+            result_cache=result_cache,
+            hooks=hooks if hooks is not None else RunHooks(),
         )
 
     def stats_for(self, op_id: str) -> OperatorStats:

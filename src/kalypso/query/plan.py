@@ -29,9 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from kalypso.core.bounds import BoundPolicy
 from kalypso.core.errors import PlanError, QueryError
-from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.graph import TaskGraph
 from kalypso.core.hooks import RunHooks
 from kalypso.core.ledger import KVLedger
@@ -434,15 +432,9 @@ class Table:
         policy = options.resolved_policy()
         physical = self.physical_plan()
         owner = options.query_id or f"q{uuid.uuid4().hex[:8]}"
-        bounds = BoundPolicy(
-            bounded=policy.bounded_outputs,
-            estimator=TokenBoundEstimator() if options.estimate_bounds else None,
-            fixed_bound_tokens=options.fixed_bound_tokens,
+        state = RunState.create(
+            engine, options, owner, ledger, policy, layout, result_cache=result_cache, hooks=hooks
         )
-        state = RunState.create(engine, options, owner, ledger, bounds, layout)
-        state.result_cache = result_cache
-        if hooks is not None:
-            state.hooks = hooks
         try:
             state.ledger.register(owner, options.request_priority)
         except ValueError as exc:

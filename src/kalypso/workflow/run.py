@@ -11,10 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from kalypso.core.bounds import BoundPolicy
 from kalypso.core.dataflow import FlowPlan, root_programs
 from kalypso.core.errors import PlanError, QueryError, TaskFailed
-from kalypso.core.estimator import TokenBoundEstimator
 from kalypso.core.hooks import RunHooks
 from kalypso.core.instance import Instance
 from kalypso.core.ledger import KVLedger
@@ -138,16 +136,13 @@ async def arun(
     )
     options, lowered, policy = planned.options, planned.lowered, planned.policy
     owner, warmer = planned.owner, planned.warmer
-    bounds = BoundPolicy(
-        bounded=policy.bounded_outputs,
-        estimator=TokenBoundEstimator() if options.estimate_bounds else None,
-        fixed_bound_tokens=options.fixed_bound_tokens,
-    )
-    state = RunState.create(engine, options, owner, ledger, bounds, planned.layout)
-    if hooks is not None:
-        state.hooks = hooks
     if planned.switches.result_cache:
-        state.result_cache = cache if cache is not None else PromptResultCache(engine.name)
+        cache = cache if cache is not None else PromptResultCache(engine.name)
+    else:
+        cache = None
+    state = RunState.create(
+        engine, options, owner, ledger, policy, planned.layout, result_cache=cache, hooks=hooks
+    )
     flow = FlowPlan.of(lowered.graph)
     runner = PipelineRunner(state, flow.num_stages, policy=policy)
     try:
