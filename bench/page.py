@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.regimes import Cell, Verdict, verdicts
+
 RESULTS = Path("bench/results")
 PAGE = Path("BENCHMARKS.md")
 
@@ -441,42 +443,41 @@ def workflows_bound(results: Path) -> str:
     return "\n".join([f"- `{WORKFLOWS_BOUND.command}`", fit, "", *_table(header, rows)])
 
 
-def _regime_cells(
-    records: Sequence[Record], grid: str
-) -> dict[tuple[str, int], dict[str, dict[str, Record]]]:
-    cells: dict[tuple[str, int], dict[str, dict[str, Record]]] = defaultdict(
-        lambda: defaultdict(dict)
-    )
-    for r in records:
-        if r["grid"] == grid:
-            cells[(r["workload"], r["kv_tokens"])][r["profile"]][r["system"]] = r
-    return cells
+def _verdicts(records: Sequence[Record], grid: str) -> dict[tuple[str, int, str], Verdict]:
+    """``grid``'s cells by workload, KV size and profile: the default against the best
+    baseline (:func:`bench.regimes.verdicts`)."""
+    return {
+        (v.cell.workload, v.cell.kv_tokens, v.cell.profile): v
+        for v in verdicts([r for r in records if r["grid"] == grid])
+    }
 
 
-def _best_over(systems: dict[str, Record], default: str) -> tuple[str, float]:
-    baselines = {s: r["time_s"] for s, r in systems.items() if s != default}
-    best = min(baselines, key=lambda s: baselines[s])
-    return best, baselines[best] / systems[default]["time_s"]
+def _times(records: Sequence[Record], cell: Cell) -> dict[str, float]:
+    """Each system's time in ``cell``."""
+    return {
+        r["system"]: r["time_s"]
+        for r in records
+        if (r["grid"], r["profile"], r["workload"], r["kv_tokens"])
+        == (cell.grid, cell.profile, cell.workload, cell.kv_tokens)
+    }
 
 
 def regimes_relational(results: Path) -> str:
     """The relational workloads at paper scale on the simulator: adaptive over
     operator-at-a-time and over the best of every baseline, per profile and KV size."""
     records = REGIMES.records(results)
+    found = _verdicts(records, "relational")
     rows = []
-    for (workload, kv_tokens), profiles in sorted(
-        _regime_cells(records, "relational").items(), key=lambda x: (x[0][0], -x[0][1])
-    ):
+    for workload, kv_tokens in sorted({(w, kv) for w, kv, _ in found}, key=lambda x: (x[0], -x[1])):
         row = [workload, f"{kv_tokens:,}"]
         for profile in ("gpu", "cpu"):
-            systems = profiles.get(profile, {})
-            if not systems:
+            verdict = found.get((workload, kv_tokens, profile))
+            if verdict is None:
                 row += ["-", "-"]
                 continue
-            adaptive = systems["adaptive"]["time_s"]
-            row.append(_ratio(systems["operator-at-a-time"]["time_s"], adaptive))
-            best, over = _best_over(systems, "adaptive")
-            row.append(f"{over:.2f}x ({best})")
+            times = _times(records, verdict.cell)
+            row.append(_ratio(times["operator-at-a-time"], verdict.default_s))
+            row.append(f"{verdict.speedup:.2f}x ({verdict.best})")
         rows.append(row)
     header = (
         "workload", "KV tokens", "GPU: over op-at-a-time", "GPU: over the best baseline",
@@ -491,20 +492,13 @@ def regimes_workflows(results: Path) -> str:
     records = REGIMES.records(results)
     rows = []
     for grid in ("workflows", "shapes"):
-        cells = _regime_cells(records, grid)
-        by_workload: dict[str, dict[int, dict[str, dict[str, Record]]]] = defaultdict(dict)
-        for (workload, kv_tokens), profiles in cells.items():
-            by_workload[workload][kv_tokens] = profiles
-        for workload, sizes in by_workload.items():
+        found = _verdicts(records, grid)
+        for workload in dict.fromkeys(w for w, _, _ in found):
             for profile in ("gpu", "cpu"):
                 row = [workload, profile]
                 for kv_tokens in (352_000, 176_000, 88_000):
-                    systems = sizes.get(kv_tokens, {}).get(profile)
-                    if not systems:
-                        row.append("-")
-                        continue
-                    best, over = _best_over(systems, "kalypso")
-                    row.append(f"{over:.2f}x {best}")
+                    verdict = found.get((workload, kv_tokens, profile))
+                    row.append(f"{verdict.speedup:.2f}x {verdict.best}" if verdict else "-")
                 rows.append(row)
     header = ("workload", "profile", "KV 352,000", "KV 176,000", "KV 88,000")
     return "\n".join([f"- {REGIMES.caption(records)}", "", *_table(header, rows)])
