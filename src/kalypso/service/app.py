@@ -32,9 +32,10 @@ from kalypso.jobspec import JobSpec, from_spec
 from kalypso.query import Table
 from kalypso.service import states
 from kalypso.service.batch_files import batch_routes
+from kalypso.service.bodies import json_body
 from kalypso.service.database import Database
 from kalypso.service.db import EventRow, JobRow
-from kalypso.service.deps import CallerDep, caller_of, manager_of
+from kalypso.service.deps import CallerDep, caller_of, manager_of, start_job
 from kalypso.service.errors import (
     ApiError,
     ErrorBody,
@@ -114,31 +115,11 @@ def create_app(
             raise ApiError(404, "job_not_found", f"no job {job_id!r}", param="job_id")
         return row
 
-    async def body_of(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if (
-            declared is not None
-            and declared.isdigit()
-            and int(declared) > settings.max_request_bytes
-        ):
-            raise _too_large(settings.max_request_bytes)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > settings.max_request_bytes:
-                raise _too_large(settings.max_request_bytes)
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     @app.post("/v1/jobs", status_code=201, response_model=JobObject, tags=["jobs"])
     async def create_job(request: Request, caller: CallerDep) -> JobObject | Response:
         """Submit a job (a :class:`~kalypso.jobspec.JobSpec` as JSON). It is validated
         now (422 naming the field) and runs in the background."""
-        raw = await body_of(request)
-        try:
-            document = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
+        document = await json_body(request, settings.max_request_bytes)
         try:
             spec = JobSpec.model_validate(document)
             requests_total = await asyncio.to_thread(_validate_plan, spec)
@@ -146,17 +127,9 @@ def create_app(
             return validation_response(list(exc.errors()))
         except PlanError as exc:
             raise ApiError(422, "invalid_plan", str(exc), param="plan") from None
-        row = await database.run(lambda s: insert_job(s, caller, spec, requests_total))
-        if row is None:
-            raise ApiError(
-                429,
-                "too_many_jobs",
-                f"token {caller.name!r} has {caller.max_running_jobs} unfinished jobs, its"
-                " limit; wait for one to finish or cancel one",
-                headers={"Retry-After": "5"},
-            )
-        manager_of(request).notify()
-        manager_of(request).start(row.id)
+        row = await start_job(
+            request, caller, lambda s: insert_job(s, caller, spec, requests_total)
+        )
         return job_object(row)
 
     @app.get("/v1/jobs", response_model=JobList, tags=["jobs"])
@@ -263,15 +236,6 @@ def create_app(
     batch_routes(app, database, settings.max_request_bytes)
     page_routes(app, caller_of)
     return app
-
-
-def _too_large(limit_bytes: int) -> ApiError:
-    return ApiError(
-        413,
-        "request_too_large",
-        f"the request body is over the server's limit of {limit_bytes} bytes; split the"
-        " table over several jobs, or raise --max-request-bytes",
-    )
 
 
 def _validate_plan(spec: JobSpec) -> int:

@@ -25,11 +25,12 @@ from sqlalchemy.orm import Session
 from kalypso.batch.reader import BatchFileError, check_file
 from kalypso.service import states
 from kalypso.service.batch_store import BatchSpec, batch_object, file_object
+from kalypso.service.bodies import json_body
 from kalypso.service.database import Database
-from kalypso.service.db import EventRow, FileRow, JobRow, utcnow
-from kalypso.service.deps import CallerDep, manager_of
+from kalypso.service.db import FileRow, JobRow, utcnow
+from kalypso.service.deps import CallerDep, manager_of, start_job
 from kalypso.service.errors import ApiError, validation_response
-from kalypso.service.jobrows import caller_at_limit, mark_cancelling
+from kalypso.service.jobrows import insert_row, mark_cancelling
 from kalypso.service.tokens import Caller
 
 MAX_FILENAME_CHARS = 255
@@ -107,12 +108,11 @@ def batch_routes(app: FastAPI, database: Database, max_request_bytes: int) -> No
     async def create_batch(request: Request, caller: CallerDep) -> Any:
         """Start a batch over an uploaded file, as OpenAI's Batch API; the file is checked
         now (422 naming the line and field)."""
+        document = await json_body(request, max_request_bytes)
         try:
-            spec = BatchSpec.model_validate(await request.json())
+            spec = BatchSpec.model_validate(document)
         except ValidationError as exc:
             return validation_response(list(exc.errors()), "invalid_batch")
-        except ValueError as exc:
-            raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
         source = await own_file(spec.input_file_id, caller)
         if source.purpose != "batch":
             raise ApiError(
@@ -125,16 +125,7 @@ def batch_routes(app: FastAPI, database: Database, max_request_bytes: int) -> No
             total = await asyncio.to_thread(_check_batch_file, source.content)
         except BatchFileError as exc:
             raise ApiError(422, "invalid_batch_file", str(exc), param="input_file_id") from None
-        row = await database.run(lambda s: _insert_batch(s, caller, spec, total))
-        if row is None:
-            raise ApiError(
-                429,
-                "too_many_jobs",
-                f"token {caller.name!r} has {caller.max_running_jobs} unfinished jobs, its limit",
-                headers={"Retry-After": "5"},
-            )
-        manager_of(request).notify()
-        manager_of(request).start(row.id)
+        row = await start_job(request, caller, lambda s: _insert_batch(s, caller, spec, total))
         return batch_object(row)
 
     @app.get("/v1/batches", tags=["batches"])
@@ -171,27 +162,12 @@ def batch_routes(app: FastAPI, database: Database, max_request_bytes: int) -> No
 
 
 def _insert_batch(session: Session, caller: Caller, spec: BatchSpec, total: int) -> JobRow | None:
-    if caller_at_limit(session, caller):
-        return None
-    row = JobRow(
-        id=f"batch_{uuid.uuid4().hex[:24]}",
-        token_id=caller.token_id,
+    return insert_row(
+        session,
+        caller,
+        job_id=f"batch_{uuid.uuid4().hex[:24]}",
         kind="batch",
         spec={"batch": spec.model_dump(mode="json")},
-        status=states.VALIDATING,
-        created_at=utcnow(),
-        cancel_requested=False,
-        requests_total=total,
-        runs=0,
-        progress={},
-        errors=[],
-        result_partial=False,
-        metadata_=dict(spec.metadata or {}),
+        total=total,
+        metadata=dict(spec.metadata or {}),
     )
-    session.add(row)
-    session.flush()
-    session.add(
-        EventRow(job_id=row.id, type="status", data={"status": row.status}, created_at=utcnow())
-    )
-    session.commit()
-    return row

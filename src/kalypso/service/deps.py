@@ -3,11 +3,14 @@ bearer token (401 without a valid one)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from sqlalchemy.orm import Session
 
 from kalypso.service.database import Database
+from kalypso.service.db import JobRow
 from kalypso.service.errors import ApiError
 from kalypso.service.manager import JobManager
 from kalypso.service.tokens import Caller, authenticate
@@ -16,6 +19,27 @@ from kalypso.service.tokens import Caller, authenticate
 def manager_of(request: Request) -> JobManager:
     manager: JobManager = request.app.state.manager
     return manager
+
+
+async def start_job(
+    request: Request, caller: Caller, insert: Callable[[Session], JobRow | None]
+) -> JobRow:
+    """The row ``insert`` adds (None: the caller is at its limit of unfinished jobs, 429),
+    now started by the job manager."""
+    database: Database = request.app.state.database
+    row = await database.run(insert)
+    if row is None:
+        raise ApiError(
+            429,
+            "too_many_jobs",
+            f"token {caller.name!r} has {caller.max_running_jobs} unfinished jobs, its"
+            " limit; wait for one to finish or cancel one",
+            headers={"Retry-After": "5"},
+        )
+    manager = manager_of(request)
+    manager.notify()
+    manager.start(row.id)
+    return row
 
 
 async def caller_of(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -25,13 +26,37 @@ def caller_at_limit(session: Session, caller: Caller) -> bool:
 
 def insert_job(session: Session, caller: Caller, spec: JobSpec, total: int) -> JobRow | None:
     """The new job, or None when the caller is at its limit of unfinished jobs."""
+    return insert_row(
+        session,
+        caller,
+        job_id=f"job_{uuid.uuid4().hex[:24]}",
+        kind=spec.kind,
+        spec=spec.model_dump(mode="json"),
+        total=total,
+        metadata=dict(spec.metadata),
+    )
+
+
+def insert_row(
+    session: Session,
+    caller: Caller,
+    *,
+    job_id: str,
+    kind: str,
+    spec: dict[str, Any],
+    total: int,
+    metadata: dict[str, str],
+) -> JobRow | None:
+    """A new job row of ``kind`` (a plan, a workflow, a batch) with ``total`` requests,
+    validating, and its first status event, committed; None when the caller is at its
+    limit of unfinished jobs."""
     if caller_at_limit(session, caller):
         return None
     row = JobRow(
-        id=f"job_{uuid.uuid4().hex[:24]}",
+        id=job_id,
         token_id=caller.token_id,
-        kind=spec.kind,
-        spec=spec.model_dump(mode="json"),
+        kind=kind,
+        spec=spec,
         status=states.VALIDATING,
         created_at=utcnow(),
         cancel_requested=False,
@@ -40,7 +65,7 @@ def insert_job(session: Session, caller: Caller, spec: JobSpec, total: int) -> J
         progress={},
         errors=[],
         result_partial=False,
-        metadata_=dict(spec.metadata),
+        metadata_=metadata,
     )
     session.add(row)
     session.flush()  # the job before its event (no ORM relationship orders them)
