@@ -119,9 +119,11 @@ async def _send(engine: Engine, source: Path, width: int | None) -> SystemRecord
     async def one(index: int) -> None:
         request = requests[index]
         ids = prompt_ids(request, instance_of(request), layout)
+        # no max_tokens: up to the context left, as vLLM's server and Kalypso generate
+        cap = request.max_tokens or engine.capacity.max_model_len_tokens - len(ids)
         async with gate:
             result = await engine.generate(
-                GenerateRequest(f"peer-{index}", ids, request.max_tokens or 16, priority=index)
+                GenerateRequest(f"peer-{index}", ids, cap, priority=index)
             )
         answers[request.custom_id] = result.text
         totals[0] += result.prompt_tokens

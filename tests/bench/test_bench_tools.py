@@ -482,3 +482,28 @@ def test_a_runner_that_writes_a_malformed_record_is_skipped_with_the_field_named
     assert run is None and seen_env == ["4"]
     assert "lotus wrote a malformed record" in out.getvalue()
     assert "prompt_tokens" in out.getvalue()
+
+
+async def test_batch_peers_generate_as_far_as_kalypso_when_a_line_has_no_max_tokens(
+    tmp_path: Path,
+) -> None:
+    """A line without ``max_tokens`` may generate up to the context left, on vLLM's own
+    runner and server as in ``kalypso batch run``; the simulated peers give the same
+    answers (their schedule is all that differs)."""
+    from bench.batch_bench import _kalypso, _send
+    from bench.batch_files import BatchShape, batch_lines, write_batch
+    from kalypso.engine.sim import SimEngine, SimOutputModel
+
+    lines = batch_lines(BatchShape(3, 2, document_words=30, fewshot_words=10), "sim")
+    for line in lines:
+        del line["body"]["max_tokens"]
+    source = write_batch(tmp_path / "in.jsonl", lines)
+
+    def engine() -> SimEngine:  # answers longer than any default cap a peer might assume
+        return SimEngine(outputs=SimOutputModel(min_output_tokens=40, max_output_tokens=60))
+
+    ours = await _kalypso(engine(), source, tmp_path / "out.jsonl")
+    for width in (None, 2):
+        peer = await _send(engine(), source, width)
+        assert peer.answers == ours.answers, width
+        assert all(len(answer.split()) >= 40 for answer in peer.answers.values())
