@@ -141,6 +141,14 @@ class RunState:
     def stats_for(self, op_id: str) -> OperatorStats:
         return self.stats.setdefault(op_id, OperatorStats(op_id))
 
+    def cache_tokens(self) -> tuple[int, int]:
+        """Prompt tokens found cached so far, and all prompt tokens sent (a progress
+        view's hit rate)."""
+        return (
+            sum(s.cached_tokens for s in self.stats.values()),
+            sum(s.prompt_tokens for s in self.stats.values()),
+        )
+
     def program_context(self) -> ProgramContext:
         """What the run's programs share; conversations are held for their continuations
         only under explicit pins, by a policy that asks for it (see

@@ -456,15 +456,11 @@ class Table:
             engine.name,
         )
 
-        def hit_rate() -> tuple[int, int]:
-            return (
-                sum(s.cached_tokens for s in state.stats.values()),
-                sum(s.prompt_tokens for s in state.stats.values()),
-            )
-
         try:
             with ProgressView(
-                enabled=options.progress, hit_rate=hit_rate, listener=state.hooks.on_progress
+                enabled=options.progress,
+                hit_rate=state.cache_tokens,
+                listener=state.hooks.on_progress,
             ) as view:
                 done = await execute(physical, instances, state, on_update=view.update)
         except QueryError as error:

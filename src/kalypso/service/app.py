@@ -35,7 +35,7 @@ from kalypso.service.batch_files import batch_routes
 from kalypso.service.bodies import json_body
 from kalypso.service.database import Database
 from kalypso.service.db import EventRow, JobRow
-from kalypso.service.deps import CallerDep, caller_of, manager_of, start_job
+from kalypso.service.deps import CallerDep, caller_of, manager_of, request_cancel, start_job
 from kalypso.service.errors import (
     ApiError,
     ErrorBody,
@@ -45,7 +45,7 @@ from kalypso.service.errors import (
     validation_response,
 )
 from kalypso.service.frames import from_parquet_bytes, json_records
-from kalypso.service.jobrows import insert_job, mark_cancelling
+from kalypso.service.jobrows import insert_job
 from kalypso.service.manager import JobManager
 from kalypso.service.metrics import metrics_text
 from kalypso.service.objects import JobList, JobObject, job_object
@@ -160,9 +160,7 @@ def create_app(
         ``cancelled``. A finished job is returned unchanged."""
         row = await own_job(job_id, caller)
         if row.status not in states.FINAL:
-            await database.run(lambda s: mark_cancelling(s, job_id))
-            manager_of(request).notify()
-            await manager_of(request).cancel(job_id)
+            await request_cancel(request, job_id)
             row = await own_job(job_id, caller)
         return job_object(row)
 

@@ -28,9 +28,9 @@ from kalypso.service.batch_store import BatchSpec, batch_object, file_object
 from kalypso.service.bodies import json_body
 from kalypso.service.database import Database
 from kalypso.service.db import FileRow, JobRow, utcnow
-from kalypso.service.deps import CallerDep, manager_of, start_job
+from kalypso.service.deps import CallerDep, request_cancel, start_job
 from kalypso.service.errors import ApiError, validation_response
-from kalypso.service.jobrows import insert_row, mark_cancelling
+from kalypso.service.jobrows import insert_row
 from kalypso.service.tokens import Caller
 
 MAX_FILENAME_CHARS = 255
@@ -154,9 +154,7 @@ def batch_routes(app: FastAPI, database: Database, max_request_bytes: int) -> No
     async def cancel_batch(batch_id: str, caller: CallerDep, request: Request) -> dict[str, Any]:
         row = await own_batch(batch_id, caller)
         if row.status not in states.FINAL:
-            await database.run(lambda s: mark_cancelling(s, batch_id))
-            manager_of(request).notify()
-            await manager_of(request).cancel(batch_id)
+            await request_cancel(request, batch_id)
             row = await own_batch(batch_id, caller)
         return batch_object(row)
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from kalypso.service.database import Database
 from kalypso.service.db import JobRow
 from kalypso.service.errors import ApiError
+from kalypso.service.jobrows import mark_cancelling
 from kalypso.service.manager import JobManager
 from kalypso.service.tokens import Caller, authenticate
 
@@ -40,6 +41,16 @@ async def start_job(
     manager.notify()
     manager.start(row.id)
     return row
+
+
+async def request_cancel(request: Request, job_id: str) -> None:
+    """Mark the job cancelling and have its run stop and release what it holds (it
+    becomes ``cancelled`` then); the caller checked that it is not finished."""
+    database: Database = request.app.state.database
+    await database.run(lambda s: mark_cancelling(s, job_id))
+    manager = manager_of(request)
+    manager.notify()
+    await manager.cancel(job_id)
 
 
 async def caller_of(

@@ -159,12 +159,6 @@ async def arun(
         engine.name,
     )
 
-    def hit_rate() -> tuple[int, int]:
-        return (
-            sum(s.cached_tokens for s in state.stats.values()),
-            sum(s.prompt_tokens for s in state.stats.values()),
-        )
-
     def result(done: list[Instance]) -> WorkflowResult:
         ordered = sorted(done, key=lambda i: i.key)
         rows = [lowered.read_outputs(i) for i in ordered]
@@ -210,7 +204,9 @@ async def arun(
         if warmer is not None and planned.warm is not None:
             warmer.start(planned.warm)
         with ProgressView(
-            enabled=options.progress, hit_rate=hit_rate, listener=state.hooks.on_progress
+            enabled=options.progress,
+            hit_rate=state.cache_tokens,
+            listener=state.hooks.on_progress,
         ) as view:
             runner.on_update = lambda views: view.update(1, views)
             done = await runner.run(programs)
