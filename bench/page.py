@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.regimes import Cell, Verdict, verdicts
+from bench.regimes import Verdict, verdicts
 
 RESULTS = Path("bench/results")
 PAGE = Path("BENCHMARKS.md")
@@ -452,21 +452,16 @@ def _verdicts(records: Sequence[Record], grid: str) -> dict[tuple[str, int, str]
     }
 
 
-def _times(records: Sequence[Record], cell: Cell) -> dict[str, float]:
-    """Each system's time in ``cell``."""
-    return {
-        r["system"]: r["time_s"]
-        for r in records
-        if (r["grid"], r["profile"], r["workload"], r["kv_tokens"])
-        == (cell.grid, cell.profile, cell.workload, cell.kv_tokens)
-    }
-
-
 def regimes_relational(results: Path) -> str:
     """The relational workloads at paper scale on the simulator: adaptive over
     operator-at-a-time and over the best of every baseline, per profile and KV size."""
     records = REGIMES.records(results)
     found = _verdicts(records, "relational")
+    times = {  # each system's time, by profile, workload and KV size
+        (r["profile"], r["workload"], r["kv_tokens"], r["system"]): r["time_s"]
+        for r in records
+        if r["grid"] == "relational"
+    }
     rows = []
     for workload, kv_tokens in sorted({(w, kv) for w, kv, _ in found}, key=lambda x: (x[0], -x[1])):
         row = [workload, f"{kv_tokens:,}"]
@@ -475,8 +470,8 @@ def regimes_relational(results: Path) -> str:
             if verdict is None:
                 row += ["-", "-"]
                 continue
-            times = _times(records, verdict.cell)
-            row.append(_ratio(times["operator-at-a-time"], verdict.default_s))
+            baseline_s = times[(profile, workload, kv_tokens, "operator-at-a-time")]
+            row.append(_ratio(baseline_s, verdict.default_s))
             row.append(f"{verdict.speedup:.2f}x ({verdict.best})")
         rows.append(row)
     header = (

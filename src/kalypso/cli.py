@@ -37,7 +37,7 @@ from kalypso.engine.cost_model import CostModel
 from kalypso.engine.open import EngineFlagsError, parse_size_bytes
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.quiet import output_to
-from kalypso.engine.vllm_server import DEFAULT_STARTUP_TIMEOUT_S
+from kalypso.engine.vllm_server import DEFAULT_STARTUP_TIMEOUT_S, VLLMServer
 from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings, calibration_key
 from kalypso.models import (
     BUNDLED_MODEL_NAME,
@@ -92,8 +92,6 @@ def cmd_models_path(args: argparse.Namespace) -> int:
 
 def cmd_engine_serve(args: argparse.Namespace) -> int:
     import dataclasses
-
-    from kalypso.engine.vllm_server import VLLMServer
 
     settings = dataclasses.replace(_settings(args), deterministic=args.deterministic)
     server = VLLMServer.start(

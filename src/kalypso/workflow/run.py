@@ -136,12 +136,18 @@ async def arun(
     )
     options, lowered, policy = planned.options, planned.lowered, planned.policy
     owner, warmer = planned.owner, planned.warmer
+    result_cache = None
     if planned.switches.result_cache:
-        cache = cache if cache is not None else PromptResultCache(engine.name)
-    else:
-        cache = None
+        result_cache = cache if cache is not None else PromptResultCache(engine.name)
     state = RunState.create(
-        engine, options, owner, ledger, policy, planned.layout, result_cache=cache, hooks=hooks
+        engine,
+        options,
+        owner,
+        ledger,
+        policy,
+        planned.layout,
+        result_cache=result_cache,
+        hooks=hooks,
     )
     flow = FlowPlan.of(lowered.graph)
     runner = PipelineRunner(state, flow.num_stages, policy=policy)
