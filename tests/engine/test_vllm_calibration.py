@@ -16,8 +16,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 async def test_calibration_leaves_the_engine_as_it_found_it_and_steps_refit_the_model() -> None:
     """A calibration (what an engine runs at start when no model is kept for it) measures
-    positive costs, then leaves nothing running, held or cached, and the engine answers
-    as before; every step vLLM reports refits the model the engine was given."""
+    a positive step and prefill cost and a non-negative cost per decoding sequence, then
+    leaves nothing running, held or cached, and the engine answers as before; every step
+    vLLM reports refits the model the engine was given."""
     from kalypso.engine.batch import generate_all
     from kalypso.engine.calibration import QUICK, calibrate
     from kalypso.engine.cost_model import CostModel
@@ -33,7 +34,12 @@ async def test_calibration_leaves_the_engine_as_it_found_it_and_steps_refit_the_
         request = GenerateRequest("a", tuple(range(3000, 3300)), 12)
         before = await engine.generate(request)
         measured = (await calibrate(engine, QUICK)).model
-        assert min(measured.step_s, measured.prefill_token_s, measured.decode_seq_s) > 0
+        # 384 more prompt tokens cost far more than timing noise, so the step and prefill
+        # parts are positive on any host. The per-sequence decode part is not: 7 more
+        # sequences over 16 steps of a 135M model can cost less than the noise of a loaded
+        # CPU, and the non-negative fit then gives 0 (batching measured as free).
+        assert measured.step_s > 0 and measured.prefill_token_s > 0
+        assert measured.decode_seq_s >= 0
         stats = await engine.stats()
         assert (stats.running_requests, stats.waiting_requests, stats.kv_usage_fraction) == (
             0,
