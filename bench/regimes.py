@@ -3,7 +3,7 @@ under a GPU's step costs and a CPU's, on the simulator (a virtual clock: exact, 
 0.2% where index lookups run on threads beside it).
 
     python -m bench.regimes --out bench/results/regimes-sim.json    # every grid (make bench-paper)
-    python -m bench.regimes --grids shapes --profiles gpu --workers 2
+    python -m bench.regimes --grids shapes --profiles gpu --workers 2  # keeps the other cells'
     python -m bench.regimes --report bench/results/regimes-sim.json # tables and heatmaps again
 
 Grids (a cell is one workload at one KV size; every system runs it on a fresh engine):
@@ -373,10 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown grids or profiles {unknown}, or --workers below 1")
     todo = cells(grids, profiles)
     label = stamp()
-    records: list[dict[str, Any]] = []
+    records = _kept_records(args.out, set(todo))
     started = time.monotonic()
     print(f"{len(todo)} cells on {args.workers} workers ({label})", flush=True)
-    order = {cell: i for i, cell in enumerate(todo)}
+    order = {cell: i for i, cell in enumerate(cells(GRIDS, list(PROFILES)))}
     failed: list[str] = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
@@ -404,6 +404,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {path}")
     print(f"records written to {args.out}; {time.monotonic() - started:.0f} s in all")
     return 1 if failed else 0
+
+
+def _kept_records(out: Path, todo: set[Cell]) -> list[dict[str, Any]]:
+    """The records already in ``out`` of the cells not in ``todo`` (a run of some grids
+    or profiles replaces theirs and keeps the others')."""
+    if not out.exists():
+        return []
+    found: list[dict[str, Any]] = json.loads(out.read_text())
+    kept = [r for r in found if _cell_of(r) not in todo]
+    if kept:
+        print(f"keeping {len(kept)} records of other cells from {out}", flush=True)
+    return kept
 
 
 def _cell_of(record: dict[str, Any]) -> Cell:

@@ -89,8 +89,9 @@ EXPLICIT_PINNING = ("kalypso-pinned",)
 """Systems run with explicit pins (soft pins for held conversations and warm-ups); the
 others pin virtually."""
 KV_OVERCOMMIT = {"kalypso-overcommit": 1.25}
-"""Systems whose ledger is larger than the cache (``RunOptions.kv_overcommit``); the
-others reserve at most what the cache holds."""
+"""Systems whose ledger is a fixed multiple of the cache (``RunOptions.kv_overcommit``);
+the others leave its size to their policy (the cache's, or for ``kalypso`` its choice
+by predicted time)."""
 DEFAULT_SYSTEMS = (*SYSTEMS, "langgraph")
 EXTERNAL = ("langgraph",)
 WINDOWED = "kalypso:"
@@ -203,7 +204,7 @@ async def run_system(engine: Engine, job: Workload, system: str) -> SystemRun:
         policy=policy,
         system_prompt="",
         pinning=pinning,
-        kv_overcommit=KV_OVERCOMMIT.get(system, 1.0),
+        kv_overcommit=KV_OVERCOMMIT.get(system),
     )
     cache = PromptResultCache(engine.name)
     await engine.reset_prefix_cache()

@@ -188,6 +188,7 @@ class InstanceWork:
         call_blocks: the blocks a running call holds, shared prefixes divided as above.
         chain_tokens: the tokens its longest chain of dependent calls generates, one step
             each.
+        calls: its calls.
     """
 
     prefill_tokens: float
@@ -195,6 +196,7 @@ class InstanceWork:
     continued_tokens: float
     call_blocks: float
     chain_tokens: int
+    calls: float = 1.0
 
 
 def _trie_tokens(prompts: Sequence[tuple[Token, ...]]) -> int:
@@ -253,6 +255,7 @@ def instance_work(
         continued_tokens=continued / instances,
         call_blocks=(unique + decode) / len(calls) / block_size_tokens,
         chain_tokens=max(chain.values()),
+        calls=len(calls) / instances,
     )
 
 

@@ -56,15 +56,18 @@ class RunOptions:
             is refused).
         max_tasks_in_flight: optional cap on tasks running at once.
         kv_overcommit: admit calls against a ledger of this many times the engine's KV
-            blocks (1.0, the default: a memory-aware policy never reserves more than the
-            cache holds, so the engine never preempts its calls; policies that reserve
-            nothing are unaffected). Above 1.0 more calls run at once and the engine's own
-            preemption absorbs the excess: a preempted call recomputes its prompt, and an
-            evicted shared prefix is recomputed by the next call that needs it. It pays
-            where calls share little (docs/benchmarks.md, the ledger's findings). From
-            1.0 to 4.0; refused with ``pinning="explicit"`` (hard pins beyond the cache
-            would hold it full) and with a ledger shared between runs (its size is the
-            ledger's).
+            blocks, from 1.0 to 4.0. At 1.0 a memory-aware policy never reserves more than
+            the cache holds, so the engine never preempts its calls. Above 1.0 more calls
+            run at once and the engine's own preemption absorbs the excess: a preempted
+            call recomputes its prompt, and an evicted shared prefix is recomputed by the
+            next call that needs it. None (the default): the policy's choice, 1.0 except
+            for a ``cache-aware`` workflow whose calls continue no conversation, which
+            weighs the calls' mean occupancy by predicted time
+            (:mod:`kalypso.core.ledger_size`); with explicit pinning or a shared ledger,
+            always 1.0. A number is refused with ``pinning="explicit"`` above 1.0 (hard
+            pins beyond the cache would hold it full) and with a ledger shared between
+            runs unless 1.0 (its size is the ledger's); policies that reserve nothing
+            are unaffected.
         max_continuations: a call stopped at its output bound is continued with its bound
             doubled, and continuation number ``max_continuations`` (or the first, with 0
             or 1) goes straight to the call's cap: at most ``max(1, max_continuations)``
@@ -101,7 +104,7 @@ class RunOptions:
     policy: str | Policy | None = None
     pinning: str = "virtual"
     max_tasks_in_flight: int | None = None
-    kv_overcommit: float = 1.0
+    kv_overcommit: float | None = None
     max_continuations: int = 2
     alpha: float = 1.0
     beta: float = 0.5
@@ -130,13 +133,16 @@ class RunOptions:
                 " reserves none, so its pins would fill the cache (use pinning='virtual')"
             )
         _check_int("max_tasks_in_flight", self.max_tasks_in_flight, 1, optional=True)
-        _check_float("kv_overcommit", self.kv_overcommit, positive=True)
-        if not MIN_KV_OVERCOMMIT <= self.kv_overcommit <= MAX_KV_OVERCOMMIT:
+        _check_float("kv_overcommit", self.kv_overcommit, positive=True, optional=True)
+        if self.kv_overcommit is not None and not (
+            MIN_KV_OVERCOMMIT <= self.kv_overcommit <= MAX_KV_OVERCOMMIT
+        ):
             raise PlanError(
                 f"kv_overcommit must be in [{MIN_KV_OVERCOMMIT}, {MAX_KV_OVERCOMMIT}],"
                 f" got {self.kv_overcommit!r}"
             )
-        if self.kv_overcommit > 1.0 and self.pinning == "explicit":
+        overcommitted = self.kv_overcommit is not None and self.kv_overcommit > 1.0
+        if overcommitted and self.pinning == "explicit":
             raise PlanError(
                 f"kv_overcommit={self.kv_overcommit} with pinning='explicit': pins reserved"
                 " beyond the cache would hold it full (use pinning='virtual')"

@@ -107,19 +107,23 @@ class RunState:
         hooks: RunHooks | None = None,
     ) -> RunState:
         """The run's state; ``ledger`` is one shared with other runs, or None for a ledger
-        of its own, of the engine's blocks times ``options.kv_overcommit``. Its output
+        of its own, of the engine's blocks times ``options.kv_overcommit`` (None: times
+        the prepared ``policy``'s ``ledger_factor``, or 1.0 with explicit pinning). Its output
         bounds follow ``policy`` (bounded or at the cap) and ``options`` (the estimator, a
         fixed first bound); without ``hooks``, no journal and no listener.
 
         Raises:
             PlanError: an overcommitted ledger asked for with a shared one.
         """
-        if ledger is not None and options.kv_overcommit != 1.0:
+        if ledger is not None and options.kv_overcommit not in (None, 1.0):
             raise PlanError(
                 f"kv_overcommit={options.kv_overcommit} with a shared ledger: the ledger"
                 f" ({ledger.capacity_blocks} blocks) sets how much every run sharing it admits"
             )
-        own_blocks = int(engine.capacity.num_blocks * options.kv_overcommit)
+        factor = options.kv_overcommit
+        if factor is None:
+            factor = policy.ledger_factor if options.pinning == "virtual" else 1.0
+        own_blocks = int(engine.capacity.num_blocks * factor)
         bounds = BoundPolicy(
             bounded=policy.bounded_outputs,
             estimator=TokenBoundEstimator() if options.estimate_bounds else None,

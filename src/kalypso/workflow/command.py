@@ -57,9 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kv-overcommit",
         type=float,
-        default=1.0,
-        help="admit against a ledger this many times the KV cache (1.0-4.0; default 1.0:"
-        " never more than it holds; above, the engine preempts to make room)",
+        default=None,
+        help="admit against a ledger this many times the KV cache (1.0-4.0; 1.0: never"
+        " more than it holds; above, the engine preempts to make room; default: the"
+        " policy's choice by predicted time)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no live progress view")
     parser.add_argument(

@@ -119,18 +119,17 @@ def measure_instance_work(
     lowered: Lowered, instances: Sequence[Instance], layout: ChatLayout, block_size_tokens: int
 ) -> InstanceWork | None:
     """What one instance asks of the engine (:func:`~kalypso.core.instance_window.instance_work`),
-    over the first :data:`PEAK_SAMPLE_INSTANCES` instances; None when no call continues a
-    conversation tightly (no window would weigh it)."""
+    over the first :data:`PEAK_SAMPLE_INSTANCES` instances: a window weighs it when calls
+    continue conversations, a ledger's size when none does. None for a workflow without
+    LLM calls."""
     tight = lowered.graph.tight_continuations()
-    if not tight:
-        return None
     sample = instances[:PEAK_SAMPLE_INSTANCES]
 
     def out_tokens(node: Node) -> int:
         return node.max_tokens if isinstance(node, LLMNode) else 0
 
     calls, sites = call_costs(lowered, sample, layout, out_tokens)
-    return instance_work(calls, sites, tight, block_size_tokens)
+    return instance_work(calls, sites, tight, block_size_tokens) if calls else None
 
 
 def measure_instance_peak(

@@ -135,6 +135,10 @@ class Policy:
     reads_instance_peak: bool = False
     """:meth:`prepare` reads :attr:`PlanInfo.instance_peak`: the front end measures it
     only for policies that do (it renders sample prompts)."""
+    ledger_factor: float = 1.0
+    """How many times the engine's KV blocks a run's own ledger admits calls against,
+    when the run's options leave that to the policy (``kv_overcommit=None``): set by
+    :meth:`prepare` (:mod:`kalypso.core.ledger_size`)."""
 
     def prepare(self, plan: PlanInfo) -> None:
         """See the run before it starts (ranked policies build their order here)."""

@@ -30,7 +30,9 @@ but is not ready lets the next ones through.
 When the graph has conversation groups, an instance's group starts only while fewer
 than a window of groups are in flight (:mod:`kalypso.core.instance_window`), so that
 the conversations they continue stay cached. ``cache-aware:N`` sets the window to ``N``
-groups, ``cache-aware:unbounded`` turns it off.
+groups, ``cache-aware:unbounded`` turns it off. Without conversation groups, the run's
+own ledger is sized by predicted time (:mod:`kalypso.core.ledger_size`): the cache's, or
+the calls' mean occupancy (:attr:`ledger_factor`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any, Literal
 
 from kalypso.core.graph import LLMNode, TaskGraph
 from kalypso.core.instance_window import InstanceWindow, llm_levels, window_options
+from kalypso.core.ledger_size import ledger_options
 from kalypso.core.policies.base import (
     PlanInfo,
     Policy,
@@ -170,6 +173,8 @@ class CacheAware(Policy):
         self.window = InstanceWindow(None, "not prepared")
         self.choice: TimedChoice | None = None
         """The windows weighed by predicted time, when the window was chosen so."""
+        self.ledger_choice: TimedChoice | None = None
+        """The ledgers weighed by predicted time, when the ledger was chosen so."""
         self.groups: list[frozenset[str]] = []
         self.group_of_op: dict[str, int] = {}
         self._started: set[tuple[int, tuple[int, ...]]] = set()
@@ -199,6 +204,9 @@ class CacheAware(Policy):
         self.position = {op: i for i, op in enumerate(order)}
         self.choice = None
         self.window = self._window(plan, graph)
+        self.ledger_choice, self.ledger_factor = None, 1.0
+        if not self.groups:
+            self._size_ledger(plan)
         self._started, self._running, self._seen_run = set(), set(), None
 
     def _window(self, plan: PlanInfo, graph: TaskGraph) -> InstanceWindow:
@@ -227,6 +235,22 @@ class CacheAware(Policy):
         self.choice = choose_by_time([option for _, option in options], plan.cost_model)
         window = options[self.choice.chosen][0]
         return InstanceWindow(window, f"by predicted time, of {len(options)} options")
+
+    def _size_ledger(self, plan: PlanInfo) -> None:
+        """Weigh the cache's ledger against the calls' mean occupancy by predicted time
+        (:mod:`kalypso.core.ledger_size`); without a cost model or the sizes, the cache's."""
+        if plan.capacity is None or plan.instance_work is None or plan.cost_model is None:
+            return
+        capacity = plan.capacity
+        options = ledger_options(
+            capacity.num_blocks,
+            plan.instance_work,
+            len(plan.instance_keys),
+            capacity.max_running_requests,
+            capacity.block_size_tokens,
+        )
+        self.ledger_choice = choose_by_time([option for _, option in options], plan.cost_model)
+        self.ledger_factor = options[self.ledger_choice.chosen][0]
 
     def rank(self, task: TaskInfo) -> tuple[Any, ...]:
         if task.op not in self.position:  # a root task: run at once
@@ -261,6 +285,12 @@ class CacheAware(Policy):
         lines = [self.window.describe()]
         if self.choice is not None:
             lines += [f"  {line}" for line in self.choice.explain()]
+        if self.ledger_choice is not None:
+            lines.append(
+                f"ledger: {self.ledger_choice.option.label} (a run's own; a shared one"
+                " keeps its size)"
+            )
+            lines += [f"  {line}" for line in self.ledger_choice.explain()]
         lines += [
             f"  conversation group {i}: {', '.join(sorted(g))}" for i, g in enumerate(self.groups)
         ]

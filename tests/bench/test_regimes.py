@@ -1,0 +1,25 @@
+"""The regime benchmark's records: a run of some cells replaces theirs and keeps the
+others' (a run of one grid must not lose the rest of the page)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.regimes import Cell, _kept_records
+
+
+def _record(cell: Cell, system: str) -> dict[str, object]:
+    return {"grid": cell.grid, "profile": cell.profile, "workload": cell.workload,
+            "kv_tokens": cell.kv_tokens, "system": system, "time_s": 1.0}  # fmt: skip
+
+
+def test_a_run_keeps_the_records_of_the_cells_it_does_not_run(tmp_path: Path) -> None:
+    run = Cell("shapes", "gpu", "mapred:P3", 88_000)
+    other = Cell("shapes", "cpu", "mapred:P3", 88_000)
+    out = tmp_path / "regimes.json"
+    assert _kept_records(out, {run}) == []  # nothing recorded yet
+    records = [_record(run, "kalypso"), _record(other, "kalypso"), _record(other, "opwise")]
+    out.write_text(json.dumps(records))
+    assert _kept_records(out, {run}) == records[1:]
+    assert _kept_records(out, {run, other}) == []

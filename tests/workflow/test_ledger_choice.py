@@ -1,0 +1,107 @@
+"""A cache-aware workflow whose calls continue no conversation sizes its own ledger by
+predicted time (:mod:`kalypso.core.ledger_size`), on the simulator at exact counts:
+MapRed over the Helium paper's shape P3 (prompt parts of 1,024 tokens, answers of 512),
+12 queries on a cache of 687 blocks of 16 tokens, the ``qwen3-8b-h100`` profile
+admits against the calls' mean occupancy, and the CPU profile against the cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.shapes import SHAPES, shaped
+from kalypso.core.options import RunOptions
+from kalypso.core.runner import RunState
+from kalypso.engine.sim import SimEngine, SimOutputModel
+from kalypso.workflow.library import Workload
+from kalypso.workflow.plan import WorkflowPlan, plan
+from kalypso.workflow.run import arun
+
+NUM_BLOCKS = 687
+OCCUPANCY = 1.2376
+"""A call holds 83.35 blocks (1,333.6 tokens, the prefixes calls share divided among
+them), 512 tokens of them its answer: 1,333.6 / (1,333.6 - 256)."""
+
+
+def _engine(profile: str) -> SimEngine:
+    output = SHAPES["P3"].output_tokens
+    return SimEngine(
+        profile,
+        num_blocks=NUM_BLOCKS,
+        block_size_tokens=16,
+        max_model_len_tokens=NUM_BLOCKS * 16,
+        max_num_seqs=256,
+        outputs=SimOutputModel(min_output_tokens=output, max_output_tokens=output),
+    )
+
+
+def _job(workflow: str = "mapred") -> Workload:
+    return shaped(workflow, SHAPES["P3"], queries=12)
+
+
+def _plan(engine: SimEngine, workflow: str = "mapred", **options: Any) -> WorkflowPlan:
+    job = _job(workflow)
+    (flow,), (inputs,) = job.workflows, job.inputs
+    return plan(flow, engine, inputs, system_prompt="", **options)
+
+
+def test_a_gpu_admits_against_the_calls_mean_occupancy_and_explains_it() -> None:
+    planned = _plan(_engine("qwen3-8b-h100"))
+    assert planned.policy.ledger_factor == pytest.approx(OCCUPANCY, abs=1e-4)
+    text = planned.explain()
+    assert "-> the calls' mean occupancy: 850 blocks (1.24x the cache)" in text
+    assert "the cache's ledger: 687 blocks (1.00x the cache)" in text
+
+
+def test_a_cpu_admits_against_the_cache() -> None:
+    planned = _plan(_engine("smollm2-cpu-f32"))
+    assert planned.policy.ledger_factor == 1.0
+    assert "-> the cache's ledger: 687 blocks" in planned.explain()
+
+
+def test_a_workflow_that_continues_conversations_keeps_the_cache() -> None:
+    """Debate's rounds continue their conversations: a preempted round would evict what
+    the next reads, so no larger ledger is weighed."""
+    planned = _plan(_engine("qwen3-8b-h100"), "debate")
+    assert planned.policy.ledger_factor == 1.0
+    assert "ledger:" not in planned.explain()
+
+
+@pytest.mark.parametrize(
+    ("options", "blocks"),
+    [
+        ({}, int(NUM_BLOCKS * 1.2375732266109853)),
+        ({"kv_overcommit": 1.0}, NUM_BLOCKS),  # a number is the user's, kept as given
+        ({"kv_overcommit": 1.5}, int(NUM_BLOCKS * 1.5)),
+        ({"pinning": "explicit"}, NUM_BLOCKS),  # hard pins beyond the cache would fill it
+    ],
+)
+def test_the_run_own_ledger_takes_the_policy_choice_unless_told(
+    options: dict[str, Any], blocks: int
+) -> None:
+    engine = _engine("qwen3-8b-h100")
+    planned = _plan(engine, **options)
+    state = RunState.create(engine, planned.options, "q", None, planned.policy)
+    assert state.ledger.capacity_blocks == blocks
+    assert isinstance(planned.options, RunOptions)
+
+
+async def test_the_larger_ledger_runs_beyond_the_cache_with_the_same_answers() -> None:
+    """The engine preempts 24 calls to make room; each finds its prompt's blocks cached
+    again, so both runs compute the same prefill, and the same answers."""
+    job = _job()
+    (flow,), (inputs,) = job.workflows, job.inputs
+    runs = []
+    for kv_overcommit in (None, 1.0):
+        engine = _engine("qwen3-8b-h100")
+        try:
+            result = await arun(flow, engine, inputs, system_prompt="", kv_overcommit=kv_overcommit)
+            runs.append((result, (await engine.stats()).preemptions))
+        finally:
+            await engine.close()
+    (chosen, chosen_preempted), (cache, cache_preempted) = runs
+    assert (chosen.report.peak_reserved_blocks, chosen_preempted) == (831, 24)
+    assert (cache.report.peak_reserved_blocks, cache_preempted) == (665, 0)
+    assert chosen.prefill_tokens == cache.prefill_tokens == 75868
+    assert chosen.outputs.equals(cache.outputs)
