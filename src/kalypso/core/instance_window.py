@@ -198,6 +198,16 @@ class InstanceWork:
     chain_tokens: int
     calls: float = 1.0
 
+    def of_batch(self, instances: int, again_tokens: float, concurrency: int) -> Work:
+        """The work of ``instances`` instances with ``concurrency`` calls at once, and
+        ``again_tokens`` prompt tokens computed again (evicted or preempted)."""
+        return Work(
+            prefill_tokens=round(instances * self.prefill_tokens + again_tokens),
+            decode_tokens=round(instances * self.decode_tokens),
+            concurrency=concurrency,
+            chain_tokens=self.chain_tokens,
+        )
+
 
 def _trie_tokens(prompts: Sequence[tuple[Token, ...]]) -> int:
     """Distinct prefixes of ``prompts`` in tokens: what an ideal prefix cache computes."""
@@ -310,12 +320,7 @@ def window_options(
                 window,
                 Option(
                     label,
-                    Work(
-                        prefill_tokens=round(instances * work.prefill_tokens + lost),
-                        decode_tokens=round(instances * work.decode_tokens),
-                        concurrency=running,
-                        chain_tokens=work.chain_tokens,
-                    ),
+                    work.of_batch(instances, lost, running),
                     f"{groups} groups in flight, {evicted:.0%} of the continued"
                     f" conversations computed again",
                 ),

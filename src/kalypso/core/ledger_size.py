@@ -35,7 +35,6 @@ import math
 
 from kalypso.core.instance_window import InstanceWork
 from kalypso.core.time_model import Option
-from kalypso.engine.cost_model import Work
 
 
 def occupancy_factor(work: InstanceWork, block_size_tokens: int) -> float:
@@ -91,12 +90,7 @@ def ledger_options(
                 times,
                 Option(
                     f"{label}: {blocks:,} blocks ({times:.2f}x the cache)",
-                    Work(
-                        prefill_tokens=round(instances * work.prefill_tokens + again_tokens),
-                        decode_tokens=round(instances * work.decode_tokens),
-                        concurrency=running,
-                        chain_tokens=work.chain_tokens,
-                    ),
+                    work.of_batch(instances, again_tokens, running),
                     (
                         f"{preempted:.0%} of the calls preempted and computed again at worst"
                         if preempted
