@@ -23,6 +23,8 @@ Systems (``--systems``):
 ``kalypso-overcommit``        ``kalypso`` admitting against a ledger of 1.25x the cache
                               (``kv_overcommit``): more calls at once, the engine
                               preempting to make room
+``kalypso-cache-ledger``      ``kalypso`` admitting against a ledger of the cache's size
+                              (``kv_overcommit=1.0``), whatever its policy would choose
 ``langgraph``                 the real LangGraph library in its own venv, same server
 ============================  ===========================================================
 
@@ -83,12 +85,13 @@ SYSTEMS: dict[str, tuple[str, WorkflowOptions]] = {
     "no-warm": ("cache-aware", WorkflowOptions(warm=False)),
     "kalypso-pinned": ("cache-aware", ON),
     "kalypso-overcommit": ("cache-aware", ON),
+    "kalypso-cache-ledger": ("cache-aware", ON),
     "kalypso-unwindowed": ("cache-aware:unbounded", ON),
 }
 EXPLICIT_PINNING = ("kalypso-pinned",)
 """Systems run with explicit pins (soft pins for held conversations and warm-ups); the
 others pin virtually."""
-KV_OVERCOMMIT = {"kalypso-overcommit": 1.25}
+KV_OVERCOMMIT = {"kalypso-overcommit": 1.25, "kalypso-cache-ledger": 1.0}
 """Systems whose ledger is a fixed multiple of the cache (``RunOptions.kv_overcommit``);
 the others leave its size to their policy (the cache's, or for ``kalypso`` its choice
 by predicted time)."""
