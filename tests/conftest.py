@@ -111,15 +111,22 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
 
 
+OTHER_STREAM = frozenset({"test_vllm_calibration.py"})
+"""Engine-layer modules run with the other engine tests: the engine layer's stream is the
+longer of the two (about 22 against 19 minutes from a fresh clone here), and this one
+starts an engine of its own (about 80 s)."""
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``engines`` the tests that start real engines (marked ``vllm``, and the Ray
-    cluster's), and ``engine_layer`` those of them in ``tests/engine``: ``make test``
-    (``scripts/test-suite``) runs the two kinds in two processes, each one test after
-    another (so at most two engines at once on this machine, and each session-shared
-    engine started once), and the other tests beside them."""
+    cluster's), and ``engine_layer`` those of them in ``tests/engine`` except the modules
+    of :data:`OTHER_STREAM`: ``make test`` (``scripts/test-suite``) runs the two kinds in
+    two processes, each one test after another (so at most two engines at once on this
+    machine, and each session-shared engine started once), and the other tests beside
+    them."""
     for item in items:
         if item.get_closest_marker("vllm") is not None or item.path.parent.name == "ray":
             item.add_marker(pytest.mark.engines)
-            if item.path.parent.name == "engine":
+            if item.path.parent.name == "engine" and item.path.name not in OTHER_STREAM:
                 item.add_marker(pytest.mark.engine_layer)
