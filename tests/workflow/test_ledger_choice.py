@@ -2,21 +2,26 @@
 predicted time (:mod:`kalypso.core.ledger_size`), on the simulator at exact counts:
 MapRed over the Helium paper's shape P3 (prompt parts of 1,024 tokens, answers of 512),
 12 queries on a cache of 687 blocks of 16 tokens, the ``qwen3-8b-h100`` profile
-admits against the calls' mean occupancy, and the CPU profile against the cache."""
+admits against the calls' mean occupancy, and the CPU profile against the cache. A run
+on the larger ledger that fails or is cancelled while the engine preempts holds nothing
+after."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from bench.shapes import SHAPES, shaped
-from kalypso.core.options import RunOptions
+from kalypso.core.errors import QueryError
 from kalypso.core.runner import RunState
+from kalypso.engine.protocol import EngineError, GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine, SimOutputModel
 from kalypso.workflow.library import Workload
 from kalypso.workflow.plan import WorkflowPlan, plan
 from kalypso.workflow.run import arun
+from tests.workflow.test_overcommit import _assert_nothing_held, _record_ledgers
 
 NUM_BLOCKS = 687
 OCCUPANCY = 1.2376
@@ -84,7 +89,6 @@ def test_the_run_own_ledger_takes_the_policy_choice_unless_told(
     planned = _plan(engine, **options)
     state = RunState.create(engine, planned.options, "q", None, planned.policy)
     assert state.ledger.capacity_blocks == blocks
-    assert isinstance(planned.options, RunOptions)
 
 
 async def test_the_larger_ledger_runs_beyond_the_cache_with_the_same_answers() -> None:
@@ -105,3 +109,57 @@ async def test_the_larger_ledger_runs_beyond_the_cache_with_the_same_answers() -
     assert (cache.report.peak_reserved_blocks, cache_preempted) == (665, 0)
     assert chosen.prefill_tokens == cache.prefill_tokens == 75868
     assert chosen.outputs.equals(cache.outputs)
+
+
+class _FailingAfterPreemption(SimEngine):
+    """Fails the first call sent after the engine preempted one (so the failure lands
+    while the larger ledger has the engine short of blocks)."""
+
+    failed = False
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        if self.num_preemptions > 0 and not self.failed:
+            self.failed = True
+            raise EngineError("injected failure")
+        return await super().generate(request)
+
+
+def _failing_engine() -> SimEngine:
+    output = SHAPES["P3"].output_tokens
+    return _FailingAfterPreemption(
+        "qwen3-8b-h100",
+        num_blocks=NUM_BLOCKS,
+        block_size_tokens=16,
+        max_model_len_tokens=NUM_BLOCKS * 16,
+        max_num_seqs=256,
+        outputs=SimOutputModel(min_output_tokens=output, max_output_tokens=output),
+    )
+
+
+@pytest.mark.parametrize("end", ["engine failure", "cancel"])
+async def test_a_run_on_the_larger_ledger_that_fails_or_is_cancelled_releases_everything(
+    monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
+    ledgers = _record_ledgers(monkeypatch)
+    engine = _failing_engine() if end == "engine failure" else _engine("qwen3-8b-h100")
+    job = _job()
+    (flow,), (inputs,) = job.workflows, job.inputs
+    try:
+        run = asyncio.ensure_future(arun(flow, engine, inputs, system_prompt=""))
+        if end == "engine failure":
+            with pytest.raises(QueryError, match="injected failure"):
+                await asyncio.wait_for(run, timeout=120)
+        else:
+            for _ in range(1_000_000):  # bounded: the simulator needs no wall time
+                if engine.num_preemptions > 0 or run.done():
+                    break
+                await asyncio.sleep(0)
+            assert not run.done(), "cancel while the engine is short of blocks"
+            assert ledgers[0].reserved_blocks > NUM_BLOCKS, "the larger ledger is in use"
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+        assert ledgers[0].capacity_blocks == 850
+        await _assert_nothing_held(engine, ledgers[0])
+    finally:
+        await engine.close()

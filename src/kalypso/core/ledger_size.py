@@ -37,13 +37,17 @@ from kalypso.core.instance_window import InstanceWork
 from kalypso.core.time_model import Option
 
 
+def _call_tokens(work: InstanceWork, block_size_tokens: int) -> tuple[float, float]:
+    """A call's tokens at the end of its output, and on average over its life."""
+    call_tokens = work.call_blocks * block_size_tokens
+    return call_tokens, call_tokens - work.decode_tokens / max(work.calls, 1.0) / 2
+
+
 def occupancy_factor(work: InstanceWork, block_size_tokens: int) -> float:
     """How many times the cache a ledger may reserve so that the calls it admits occupy
     the cache on average (1.0 when the calls generate nothing)."""
-    call_tokens = work.call_blocks * block_size_tokens
-    output_tokens = work.decode_tokens / max(work.calls, 1.0)
-    occupied_tokens = call_tokens - output_tokens / 2
-    if output_tokens <= 0 or occupied_tokens <= 0:
+    call_tokens, occupied_tokens = _call_tokens(work, block_size_tokens)
+    if occupied_tokens >= call_tokens or occupied_tokens <= 0:
         return 1.0
     return call_tokens / occupied_tokens
 
@@ -74,8 +78,7 @@ def ledger_options(
     factor = occupancy_factor(work, block_size_tokens)
     calls = instances * work.calls
     seqs = max_running_requests or max(1, math.ceil(calls))
-    call_tokens = work.call_blocks * block_size_tokens
-    occupied_tokens = call_tokens - work.decode_tokens / max(work.calls, 1.0) / 2
+    occupied_tokens = _call_tokens(work, block_size_tokens)[1]
     options: list[tuple[float, Option]] = []
     for times in (1.0, factor) if factor > 1.0 else (1.0,):
         blocks = int(capacity_blocks * times)

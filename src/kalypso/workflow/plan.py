@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from kalypso.core.cost import CallCost
 from kalypso.core.errors import PlanError
 from kalypso.core.graph import LLMNode, Node
 from kalypso.core.instance import Instance
@@ -115,42 +116,49 @@ def batch_instances(
     return instances
 
 
-def measure_instance_work(
-    lowered: Lowered, instances: Sequence[Instance], layout: ChatLayout, block_size_tokens: int
-) -> InstanceWork | None:
-    """What one instance asks of the engine (:func:`~kalypso.core.instance_window.instance_work`),
-    over the first :data:`PEAK_SAMPLE_INSTANCES` instances: a window weighs it when calls
-    continue conversations, a ledger's size when none does. None for a workflow without
-    LLM calls."""
-    tight = lowered.graph.tight_continuations()
-    sample = instances[:PEAK_SAMPLE_INSTANCES]
+SampleCalls = tuple[list[CallCost], list[tuple[str, tuple[int, ...]]]]
+"""The sample instances' calls and their (LLM node id, instance key) sites."""
+
+
+def sample_calls(
+    lowered: Lowered, instances: Sequence[Instance], layout: ChatLayout
+) -> SampleCalls:
+    """The calls of the first :data:`PEAK_SAMPLE_INSTANCES` instances as the cost model
+    sees them (:func:`~kalypso.workflow.analysis.call_costs`): answers count at their cap;
+    a Python step's output counts what its slot knows before it runs."""
 
     def out_tokens(node: Node) -> int:
         return node.max_tokens if isinstance(node, LLMNode) else 0
 
-    calls, sites = call_costs(lowered, sample, layout, out_tokens)
+    return call_costs(lowered, instances[:PEAK_SAMPLE_INSTANCES], layout, out_tokens)
+
+
+def measure_instance_work(
+    lowered: Lowered, sample: SampleCalls, block_size_tokens: int
+) -> InstanceWork | None:
+    """What one instance asks of the engine (:func:`~kalypso.core.instance_window.instance_work`),
+    over the ``sample`` (:func:`sample_calls`): a window weighs it when calls continue
+    conversations, a ledger's size when none does. None for a workflow without LLM
+    calls."""
+    calls, sites = sample
+    tight = lowered.graph.tight_continuations()
     return instance_work(calls, sites, tight, block_size_tokens) if calls else None
 
 
 def measure_instance_peak(
-    lowered: Lowered, instances: Sequence[Instance], layout: ChatLayout, block_size_tokens: int
+    lowered: Lowered, sample: SampleCalls, block_size_tokens: int
 ) -> InstancePeak | None:
     """The largest working set of one instance's conversation group at one dependency
     level (:func:`~kalypso.core.instance_window.instance_peak`, each group of each
     instance apart; :meth:`~kalypso.core.graph.TaskGraph.conversation_groups`), the most
-    over the first :data:`PEAK_SAMPLE_INSTANCES` instances; None when no call continues a
-    conversation tightly (no window would use it). Answers count at their cap; a Python
-    step's output counts what its slot knows before it runs, which can only make the
-    window larger."""
+    over the ``sample`` (:func:`sample_calls`, where a Python step's output can only
+    make the window larger); None when no call continues a conversation tightly (no
+    window would use it)."""
     groups = lowered.graph.conversation_groups()
     if not groups:
         return None
     group_of = {op: index for index, group in enumerate(groups) for op in group}
-
-    def out_tokens(node: Node) -> int:
-        return node.max_tokens if isinstance(node, LLMNode) else 0
-
-    calls, sites = call_costs(lowered, instances[:PEAK_SAMPLE_INSTANCES], layout, out_tokens)
+    calls, sites = sample
     members = [i for i, (op, _) in enumerate(sites) if op in group_of]
     levels = llm_levels(lowered.graph.llm_ancestors())
     return instance_peak(
@@ -276,8 +284,9 @@ def plan(
     policy = options.resolved_policy()
     peak = work = None
     if policy.reads_instance_peak:
-        peak = measure_instance_peak(lowered, instances, layout, capacity.block_size_tokens)
-        work = measure_instance_work(lowered, instances, layout, capacity.block_size_tokens)
+        sample = sample_calls(lowered, instances, layout)
+        peak = measure_instance_peak(lowered, sample, capacity.block_size_tokens)
+        work = measure_instance_work(lowered, sample, capacity.block_size_tokens)
     info = PlanInfo(
         lowered.graph,
         [i.key for i in instances],
