@@ -749,8 +749,8 @@ def test_bad_table_name(name: Any) -> None:
             "kv_overcommit=1.5 with pinning='explicit'",
         ),
         (
-            {"kv_overcommit": 1.5, "ledger": KVLedger(64)},
-            r"kv_overcommit=1.5 with a shared ledger: the ledger \(64 blocks\)",
+            {"kv_overcommit": 1.5, "ledger": KVLedger(64, fair_share=True)},
+            r"kv_overcommit=1.5 with a fair-sharing ledger: it shares the engine's 64 blocks",
         ),
         ({"max_continuations": -1}, "max_continuations must be an integer >= 0, got -1"),
         pytest.param(

@@ -104,7 +104,7 @@ class CheckingLedger(KVLedger):
     def reserve(self, owner: str, blocks: int) -> None:
         running = self.running_tasks
         super().reserve(owner, blocks)
-        if blocks > 0 and self.reserved_blocks > self.capacity_blocks:
+        if blocks > 0 and self.reserved_blocks > self.admit_blocks:
             self.over_commits.append(OverCommit(owner, blocks, self.reserved_blocks, running))
 
 

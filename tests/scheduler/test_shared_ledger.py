@@ -148,3 +148,50 @@ async def test_two_queries_with_one_id_on_one_ledger_collide_before_any_call(
     result = await first
     assert result.frame.equals((await alone(make_engine, join_query(), "adaptive")).frame)
     assert ledger.reserved_blocks == 0
+
+
+def test_a_ledger_admits_against_the_least_factor_of_its_owners() -> None:
+    """Alone, an owner gets the ledger it asked for; an owner asking for the cache brings
+    the limit down for both, and the limit is the capacity again once they are gone."""
+    ledger = KVLedger(CAPACITY)
+    assert ledger.admit_blocks == CAPACITY
+    ledger.register("wide", ledger_factor=1.5)
+    assert ledger.admit_blocks == 60
+    ledger.reserve("wide", 55)
+    assert ledger.fits(5) and not ledger.fits(6)
+    ledger.register("narrow")
+    assert ledger.admit_blocks == CAPACITY
+    assert not ledger.fits(1) and ledger.free_blocks == 0  # 55 held stay, nothing more
+    ledger.unregister("narrow")
+    assert ledger.admit_blocks == 60 and ledger.fits(5)
+    ledger.unregister("wide")
+    assert (ledger.admit_blocks, ledger.reserved_blocks) == (CAPACITY, 0)
+
+
+def test_a_fair_sharing_ledger_admits_against_its_capacity_whatever_its_owners_ask() -> None:
+    ledger = KVLedger(CAPACITY, fair_share=True)
+    ledger.register("wide", ledger_factor=2.0)
+    assert ledger.admit_blocks == CAPACITY and not ledger.fits(CAPACITY + 1)
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.0, float("nan")])
+def test_a_ledger_factor_below_one_is_refused(factor: float) -> None:
+    ledger = KVLedger(CAPACITY)
+    with pytest.raises(ValueError, match=r"a ledger factor must be >= 1\.0"):
+        ledger.register("q", ledger_factor=factor)
+    assert ledger.owners == frozenset() and ledger.admit_blocks == CAPACITY
+
+
+async def test_a_run_waiting_for_room_goes_on_when_the_narrow_owner_leaves() -> None:
+    """A lowered limit rises again at the narrow owner's unregistering, which wakes the
+    runs waiting for room."""
+    ledger = KVLedger(CAPACITY)
+    ledger.register("wide", ledger_factor=1.5)
+    ledger.register("narrow")
+    ledger.reserve("wide", CAPACITY)
+    waiting = asyncio.ensure_future(ledger.wait_for_release())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    ledger.unregister("narrow")
+    await asyncio.wait_for(waiting, timeout=5)
+    assert ledger.fits(20) and not ledger.fits(21)

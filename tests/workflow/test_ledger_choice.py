@@ -4,7 +4,8 @@ MapRed over the Helium paper's shape P3 (prompt parts of 1,024 tokens, answers o
 12 queries on a cache of 687 blocks of 16 tokens, the ``qwen3-8b-h100`` profile
 admits against the calls' mean occupancy, and the CPU profile against the cache. A run
 on the larger ledger that fails or is cancelled while the engine preempts holds nothing
-after."""
+after. A ledger shared between runs (a replica's) admits against the least of their
+choices."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ import pytest
 
 from bench.shapes import SHAPES, shaped
 from kalypso.core.errors import QueryError
+from kalypso.core.ledger import KVLedger
+from kalypso.core.replicas import ReplicaSet
 from kalypso.core.runner import RunState
 from kalypso.engine.protocol import EngineError, GenerateRequest, GenerateResult
 from kalypso.engine.sim import SimEngine, SimOutputModel
+from kalypso.engine.sim.clock import SharedClock
 from kalypso.workflow.library import Workload
 from kalypso.workflow.plan import WorkflowPlan, plan
 from kalypso.workflow.run import arun
@@ -29,10 +33,11 @@ OCCUPANCY = 1.2376
 them), 512 tokens of them its answer: 1,333.6 / (1,333.6 - 256)."""
 
 
-def _engine(profile: str) -> SimEngine:
+def _engine(profile: str, clock: SharedClock | None = None) -> SimEngine:
     output = SHAPES["P3"].output_tokens
     return SimEngine(
         profile,
+        clock=clock,
         num_blocks=NUM_BLOCKS,
         block_size_tokens=16,
         max_model_len_tokens=NUM_BLOCKS * 16,
@@ -88,7 +93,9 @@ def test_the_run_own_ledger_takes_the_policy_choice_unless_told(
     engine = _engine("qwen3-8b-h100")
     planned = _plan(engine, **options)
     state = RunState.create(engine, planned.options, "q", None, planned.policy)
-    assert state.ledger.capacity_blocks == blocks
+    assert state.ledger.capacity_blocks == NUM_BLOCKS
+    state.register_owner()
+    assert state.ledger.admit_blocks == blocks
 
 
 async def test_the_larger_ledger_runs_beyond_the_cache_with_the_same_answers() -> None:
@@ -111,6 +118,36 @@ async def test_the_larger_ledger_runs_beyond_the_cache_with_the_same_answers() -
     assert chosen.outputs.equals(cache.outputs)
 
 
+@pytest.mark.parametrize(
+    ("beside", "peak_blocks", "preempted"),
+    [(None, 831, 24), (1.0, 665, 0), (1.5, 831, 24)],
+)
+async def test_a_shared_ledger_admits_against_the_least_choice_of_its_runs(
+    beside: float | None, peak_blocks: int, preempted: int
+) -> None:
+    """A run on a ledger shared with other runs (a replica's, a batch file's) admits
+    against its policy's choice while it is alone there or beside wider runs, and
+    against the cache beside a run that asks for it: the same peaks and preemptions as
+    the run on its own ledger of either size."""
+    job = _job()
+    (flow,), (inputs,) = job.workflows, job.inputs
+    engine = _engine("qwen3-8b-h100")
+    ledger = KVLedger(NUM_BLOCKS)
+    if beside is not None:
+        ledger.register("beside", ledger_factor=beside)
+    try:
+        result = await arun(flow, engine, inputs, system_prompt="", ledger=ledger)
+        assert (result.report.peak_reserved_blocks, (await engine.stats()).preemptions) == (
+            peak_blocks,
+            preempted,
+        )
+        assert result.prefill_tokens == 75868
+        assert ledger.owners == (frozenset() if beside is None else frozenset({"beside"}))
+        assert ledger.reserved_blocks == 0
+    finally:
+        await engine.close()
+
+
 class _FailingAfterPreemption(SimEngine):
     """Fails the first call sent after the engine preempted one (so the failure lands
     while the larger ledger has the engine short of blocks)."""
@@ -124,10 +161,11 @@ class _FailingAfterPreemption(SimEngine):
         return await super().generate(request)
 
 
-def _failing_engine() -> SimEngine:
+def _failing_engine(clock: SharedClock | None = None) -> _FailingAfterPreemption:
     output = SHAPES["P3"].output_tokens
     return _FailingAfterPreemption(
         "qwen3-8b-h100",
+        clock=clock,
         num_blocks=NUM_BLOCKS,
         block_size_tokens=16,
         max_model_len_tokens=NUM_BLOCKS * 16,
@@ -159,7 +197,55 @@ async def test_a_run_on_the_larger_ledger_that_fails_or_is_cancelled_releases_ev
             run.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await run
-        assert ledgers[0].capacity_blocks == 850
+        assert ledgers[0].peak_reserved_blocks > NUM_BLOCKS
         await _assert_nothing_held(engine, ledgers[0])
+        assert ledgers[0].admit_blocks == NUM_BLOCKS  # the run's factor left with it
     finally:
         await engine.close()
+
+
+async def _replicated_run_equals_one_engine_run(engines: list[SimEngine]) -> ReplicaSet:
+    """MapRed on a replica set of ``engines`` (closed after), checked against the
+    one-engine run's outputs; the set, to read its replicas' ledgers."""
+    job = _job()
+    (flow,), (inputs,) = job.workflows, job.inputs
+    alone = _engine("qwen3-8b-h100")
+    try:
+        expected = await arun(flow, alone, inputs, system_prompt="")
+    finally:
+        await alone.close()
+    replicas = ReplicaSet(engines)
+    try:
+        spread = await arun(flow, replicas, inputs, system_prompt="")
+    finally:
+        for engine in engines:
+            await engine.close()
+    assert spread.outputs.equals(expected.outputs)
+    return replicas
+
+
+async def test_each_replica_admits_against_its_runs_choice() -> None:
+    """On a replica set, each replica's ledger is shared by the chunks run there: the
+    chunk of MapRed's 12 queries each replica runs alone admits beyond the cache, as the
+    one-engine run does, with the one-engine outputs."""
+    clock = SharedClock()
+    engines = [_engine("qwen3-8b-h100", clock) for _ in range(2)]
+    replicas = await _replicated_run_equals_one_engine_run(engines)
+    assert [r.ledger.peak_reserved_blocks for r in replicas.replicas] == [831, 831]
+    assert [e.num_preemptions for e in engines] == [11, 11]
+    assert all(r.ledger.reserved_blocks == 0 and not r.ledger.owners for r in replicas.replicas)
+
+
+async def test_a_replica_failing_while_its_larger_ledger_preempts_holds_nothing_after() -> None:
+    """A replica whose engine fails while its chunk admits beyond the cache is retired:
+    its ledger holds nothing and admits against the cache again, and the live replica
+    runs the chunk again to the one-engine outputs."""
+    clock = SharedClock()
+    failing = _failing_engine(clock)
+    replicas = await _replicated_run_equals_one_engine_run(
+        [failing, _engine("qwen3-8b-h100", clock)]
+    )
+    assert failing.failed
+    dead = replicas.replicas[0].ledger
+    assert dead.peak_reserved_blocks > NUM_BLOCKS
+    assert (dead.reserved_blocks, dead.owners, dead.admit_blocks) == (0, frozenset(), NUM_BLOCKS)

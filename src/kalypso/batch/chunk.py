@@ -139,7 +139,7 @@ async def run_shape(
         listener = hooks.for_run(owner).on_progress
         assert listener is not None
         runner.on_update = lambda views: listener(1, views)
-    ledger.register(owner, options.request_priority)
+    state.register_owner()
     try:
         done = await runner.run(root_programs(flow, shape.instances, state.program_context()))
     except TaskFailed as failure:

@@ -1,10 +1,18 @@
 """The KV ledger: every reservation against one engine's KV capacity, by owner.
 
 Runs that share an engine share a ledger when the caller passes the same one to each
-(``arun(..., ledger=...)``); a run given none makes its own, of the engine's capacity. The
-sum of a ledger's reservations never exceeds the capacity it was given (no over-commit),
-except through the documented last-resort rule of
-:meth:`kalypso.core.memory.MemoryManager.admits`.
+(``arun(..., ledger=...)``); a run given none makes its own, of the engine's capacity.
+
+Each owner registers with a *ledger factor*: how many times the capacity it asks to admit
+calls against (1.0, or more where its policy predicts the engine's own preemption is worth
+it: :mod:`kalypso.core.ledger_size`). A ledger admits against its capacity times the
+least factor of its registered owners (:attr:`KVLedger.admit_blocks`), so a run alone on
+a ledger gets its choice and a run that asks for the cache's size brings every run beside
+it down to it; a fair-sharing ledger always admits against its capacity. The sum of a
+ledger's reservations never exceeds that limit at the time they are made, except through
+the documented last-resort rule of :meth:`kalypso.core.memory.MemoryManager.admits` (a
+limit lowered by an owner registering later is kept from then on: nothing is reserved
+until the reservations fall below it).
 
 Each reservation belongs to an *owner* (a query id). An owner that fails or is cancelled
 gives everything back with :meth:`KVLedger.release_owner`, so nothing it held outlives it;
@@ -95,6 +103,7 @@ class KVLedger:
     _wanting: set[str] = field(default_factory=set)
     """Owners refused room since they last started a task (fair sharing)."""
     _priority: dict[str, int] = field(default_factory=dict)
+    _factor: dict[str, float] = field(default_factory=dict)
     _held: dict[str, int] = field(default_factory=dict)
     _running: dict[str, int] = field(default_factory=dict)
     _owners: set[str] = field(default_factory=set)
@@ -111,18 +120,22 @@ class KVLedger:
             )
 
     # ---- owners ------------------------------------------------------------------
-    def register(self, owner: str, priority: int = 0) -> None:
+    def register(self, owner: str, priority: int = 0, ledger_factor: float = 1.0) -> None:
         """Start accounting for ``owner``, of engine priority ``priority`` (what fair
-        sharing orders owners by).
+        sharing orders owners by), asking to admit against ``ledger_factor`` times the
+        capacity (see the module docstring; ignored with fair sharing).
 
         Raises:
             ValueError: ``owner`` is already running on this ledger (two queries with one
-                query id would release each other's blocks).
+                query id would release each other's blocks), or a factor below 1.
         """
         if owner in self._owners:
             raise ValueError(f"a query with id {owner!r} is already running on this engine")
+        if not ledger_factor >= 1.0:
+            raise ValueError(f"a ledger factor must be >= 1.0, got {ledger_factor}")
         self._owners.add(owner)
         self._priority[owner] = priority
+        self._factor[owner] = ledger_factor
         self._preempt_outranked()
 
     def unregister(self, owner: str) -> None:
@@ -130,6 +143,8 @@ class KVLedger:
         self.release_owner(owner)
         self._owners.discard(owner)
         self._wanting.discard(owner)
+        if self._factor.pop(owner, 1.0) != 1.0:
+            self._notify()  # the limit may have risen
         if self._priority.pop(owner, None) is not None:
             self._notify()  # an outranked owner may go on
 
@@ -138,8 +153,16 @@ class KVLedger:
         return frozenset(self._owners)
 
     # ---- blocks ------------------------------------------------------------------
+    @property
+    def admit_blocks(self) -> int:
+        """What reservations may add up to now: the capacity times the least ledger
+        factor of the registered owners (the capacity with fair sharing or no owner)."""
+        if self.fair_share or not self._factor:
+            return self.capacity_blocks
+        return int(self.capacity_blocks * min(self._factor.values()))
+
     def fits(self, blocks: int) -> bool:
-        return self.reserved_blocks + blocks <= self.capacity_blocks
+        return self.reserved_blocks + blocks <= self.admit_blocks
 
     def fits_for(self, owner: str, blocks: int) -> bool:
         """Whether ``owner`` may reserve ``blocks`` more now: they fit, and with fair
@@ -188,7 +211,7 @@ class KVLedger:
 
     @property
     def free_blocks(self) -> int:
-        return self.capacity_blocks - self.reserved_blocks
+        return max(0, self.admit_blocks - self.reserved_blocks)
 
     def held_by(self, owner: str) -> int:
         """Blocks ``owner`` holds now."""

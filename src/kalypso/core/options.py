@@ -63,11 +63,12 @@ class RunOptions:
             next call that needs it. None (the default): the policy's choice, 1.0 except
             for a ``cache-aware`` workflow whose calls continue no conversation, which
             weighs the calls' mean occupancy by predicted time
-            (:mod:`kalypso.core.ledger_size`); with explicit pinning or a shared ledger,
-            always 1.0. A number is refused with ``pinning="explicit"`` above 1.0 (hard
-            pins beyond the cache would hold it full) and with a ledger shared between
-            runs unless 1.0 (its size is the ledger's); policies that reserve nothing
-            are unaffected.
+            (:mod:`kalypso.core.ledger_size`); with explicit pinning, always 1.0. A
+            ledger shared between runs (a replica's, a batch file's) admits against the
+            least of its runs' factors. A number is refused with ``pinning="explicit"``
+            above 1.0 (hard pins beyond the cache would hold it full) and with the job
+            server's fair-sharing ledger unless 1.0; policies that reserve nothing are
+            unaffected.
         max_continuations: a call stopped at its output bound is continued with its bound
             doubled, and continuation number ``max_continuations`` (or the first, with 0
             or 1) goes straight to the call's cap: at most ``max(1, max_continuations)``

@@ -92,6 +92,9 @@ class RunState:
     """Greedy answers reused instead of recomputed (workflows; None: off)."""
     hooks: RunHooks = field(default_factory=RunHooks)
     """The host's journal of calls and progress listener (:mod:`kalypso.core.hooks`)."""
+    ledger_factor: float = 1.0
+    """How many times the engine's blocks this run asks its ledger to admit against
+    (:meth:`KVLedger.register`)."""
 
     @classmethod
     def create(
@@ -107,23 +110,25 @@ class RunState:
         hooks: RunHooks | None = None,
     ) -> RunState:
         """The run's state; ``ledger`` is one shared with other runs, or None for a ledger
-        of its own, of the engine's blocks times ``options.kv_overcommit`` (None: times
-        the prepared ``policy``'s ``ledger_factor``, or 1.0 with explicit pinning). Its output
+        of its own, of the engine's blocks. The run asks its ledger to admit against
+        ``options.kv_overcommit`` times its capacity (None: the prepared ``policy``'s
+        ``ledger_factor``, or 1.0 with explicit pinning); a ledger shared with other runs
+        admits against the least of their factors (:meth:`register_owner`). Its output
         bounds follow ``policy`` (bounded or at the cap) and ``options`` (the estimator, a
         fixed first bound); without ``hooks``, no journal and no listener.
 
         Raises:
-            PlanError: an overcommitted ledger asked for with a shared one.
+            PlanError: an overcommitted ledger asked for with a fair-sharing one (the job
+                server's), which always admits against the cache.
         """
-        if ledger is not None and options.kv_overcommit not in (None, 1.0):
+        if ledger is not None and ledger.fair_share and options.kv_overcommit not in (None, 1.0):
             raise PlanError(
-                f"kv_overcommit={options.kv_overcommit} with a shared ledger: the ledger"
-                f" ({ledger.capacity_blocks} blocks) sets how much every run sharing it admits"
+                f"kv_overcommit={options.kv_overcommit} with a fair-sharing ledger: it shares"
+                f" the engine's {ledger.capacity_blocks} blocks between its runs by priority"
             )
         factor = options.kv_overcommit
         if factor is None:
             factor = policy.ledger_factor if options.pinning == "virtual" else 1.0
-        own_blocks = int(engine.capacity.num_blocks * factor)
         bounds = BoundPolicy(
             bounded=policy.bounded_outputs,
             estimator=TokenBoundEstimator() if options.estimate_bounds else None,
@@ -132,7 +137,7 @@ class RunState:
         return cls(
             engine=engine,
             layout=layout or ChatLayout(engine.tokenizer),
-            ledger=ledger or KVLedger(own_blocks),
+            ledger=ledger or KVLedger(engine.capacity.num_blocks),
             options=options,
             owner=owner,
             bounds=bounds,
@@ -140,7 +145,16 @@ class RunState:
             ideal_cache=IdealPrefixCache(engine.capacity.block_size_tokens),
             result_cache=result_cache,
             hooks=hooks if hooks is not None else RunHooks(),
+            ledger_factor=factor,
         )
+
+    def register_owner(self) -> None:
+        """Register this run in its ledger, with its priority and its ledger factor.
+
+        Raises:
+            ValueError: a run of this owner is already registered there.
+        """
+        self.ledger.register(self.owner, self.options.request_priority, self.ledger_factor)
 
     def stats_for(self, op_id: str) -> OperatorStats:
         return self.stats.setdefault(op_id, OperatorStats(op_id))

@@ -191,7 +191,7 @@ class SchedulerCore:
         minimums = min_budgets(
             programs, self.num_stages, self.bounds.first_bound, self.block_size_tokens
         )
-        budgets = self.policy.initial_budgets(self.ledger.capacity_blocks, minimums)
+        budgets = self.policy.initial_budgets(self.ledger.admit_blocks, minimums)
         self.memory = MemoryManager(
             self.ledger, StageBudgets(list(budgets), list(minimums)), self.owner
         )

@@ -436,7 +436,7 @@ class Table:
             engine, options, owner, ledger, policy, layout, result_cache=result_cache, hooks=hooks
         )
         try:
-            state.ledger.register(owner, options.request_priority)
+            state.register_owner()
         except ValueError as exc:
             raise PlanError(str(exc)) from None
         for planned in physical.operators():

@@ -152,9 +152,7 @@ async def arun(
     flow = FlowPlan.of(lowered.graph)
     runner = PipelineRunner(state, flow.num_stages, policy=policy)
     try:
-        state.ledger.register(
-            owner, options.request_priority
-        )  # from here on, the finally below unregisters it
+        state.register_owner()  # from here on, the finally below unregisters it
     except ValueError as exc:
         raise PlanError(str(exc)) from None
     logger.info(

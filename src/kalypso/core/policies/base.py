@@ -136,9 +136,11 @@ class Policy:
     """:meth:`prepare` reads :attr:`PlanInfo.instance_peak`: the front end measures it
     only for policies that do (it renders sample prompts)."""
     ledger_factor: float = 1.0
-    """How many times the engine's KV blocks a run's own ledger admits calls against,
-    when the run's options leave that to the policy (``kv_overcommit=None``): set by
-    :meth:`prepare` (:mod:`kalypso.core.ledger_size`)."""
+    """How many times the engine's KV blocks the run asks its ledger to admit calls
+    against, when the run's options leave that to the policy (``kv_overcommit=None``):
+    set by :meth:`prepare` (:mod:`kalypso.core.ledger_size`). A ledger shared with other
+    runs admits against the least of their factors
+    (:attr:`kalypso.core.ledger.KVLedger.admit_blocks`)."""
 
     def prepare(self, plan: PlanInfo) -> None:
         """See the run before it starts (ranked policies build their order here)."""

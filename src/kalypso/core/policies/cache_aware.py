@@ -30,9 +30,9 @@ but is not ready lets the next ones through.
 When the graph has conversation groups, an instance's group starts only while fewer
 than a window of groups are in flight (:mod:`kalypso.core.instance_window`), so that
 the conversations they continue stay cached. ``cache-aware:N`` sets the window to ``N``
-groups, ``cache-aware:unbounded`` turns it off. Without conversation groups, the run's
-own ledger is sized by predicted time (:mod:`kalypso.core.ledger_size`): the cache's, or
-the calls' mean occupancy (:attr:`ledger_factor`).
+groups, ``cache-aware:unbounded`` turns it off. Without conversation groups, the ledger
+the run admits against is sized by predicted time (:mod:`kalypso.core.ledger_size`): the
+cache's, or the calls' mean occupancy (:attr:`ledger_factor`).
 """
 
 from __future__ import annotations
@@ -287,8 +287,8 @@ class CacheAware(Policy):
             lines += [f"  {line}" for line in self.choice.explain()]
         if self.ledger_choice is not None:
             lines.append(
-                f"ledger: {self.ledger_choice.option.label} (a run's own; a shared one"
-                " keeps its size)"
+                f"ledger: {self.ledger_choice.option.label} (shared with other runs, the"
+                " least of their choices)"
             )
             lines += [f"  {line}" for line in self.ledger_choice.explain()]
         lines += [
