@@ -174,10 +174,10 @@ def test_a_fair_sharing_ledger_admits_against_its_capacity_whatever_its_owners_a
     assert ledger.admit_blocks == CAPACITY and not ledger.fits(CAPACITY + 1)
 
 
-@pytest.mark.parametrize("factor", [0.5, 0.0, float("nan")])
+@pytest.mark.parametrize("factor", [0.5, 0.0, float("nan"), float("inf")])
 def test_a_ledger_factor_below_one_is_refused(factor: float) -> None:
     ledger = KVLedger(CAPACITY)
-    with pytest.raises(ValueError, match=r"a ledger factor must be >= 1\.0"):
+    with pytest.raises(ValueError, match=r"a ledger factor must be >= 1\.0 and finite"):
         ledger.register("q", ledger_factor=factor)
     assert ledger.owners == frozenset() and ledger.admit_blocks == CAPACITY
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -127,12 +128,13 @@ class KVLedger:
 
         Raises:
             ValueError: ``owner`` is already running on this ledger (two queries with one
-                query id would release each other's blocks), or a factor below 1.
+                query id would release each other's blocks), or a factor below 1 or
+                infinite.
         """
         if owner in self._owners:
             raise ValueError(f"a query with id {owner!r} is already running on this engine")
-        if not ledger_factor >= 1.0:
-            raise ValueError(f"a ledger factor must be >= 1.0, got {ledger_factor}")
+        if not 1.0 <= ledger_factor < math.inf:
+            raise ValueError(f"a ledger factor must be >= 1.0 and finite, got {ledger_factor}")
         self._owners.add(owner)
         self._priority[owner] = priority
         self._factor[owner] = ledger_factor
@@ -143,10 +145,9 @@ class KVLedger:
         self.release_owner(owner)
         self._owners.discard(owner)
         self._wanting.discard(owner)
-        if self._factor.pop(owner, 1.0) != 1.0:
-            self._notify()  # the limit may have risen
+        self._factor.pop(owner, None)
         if self._priority.pop(owner, None) is not None:
-            self._notify()  # an outranked owner may go on
+            self._notify()  # an outranked owner may go on, or the limit rose
 
     @property
     def owners(self) -> frozenset[str]:
