@@ -199,15 +199,18 @@ class SystemRun:
     preemptions: int
 
 
-async def run_system(engine: Engine, job: Workload, system: str) -> SystemRun:
-    """One system on ``job``, every day of it, the last timed."""
+async def run_system(
+    engine: Engine, job: Workload, system: str, kv_overcommit: float | None = None
+) -> SystemRun:
+    """One system on ``job``, every day of it, the last timed; ``kv_overcommit`` sizes
+    its ledger instead of the system's own choice (:data:`KV_OVERCOMMIT`)."""
     policy, switches = system_policy(system)
     pinning = "explicit" if system in EXPLICIT_PINNING else "virtual"
     options = RunOptions(
         policy=policy,
         system_prompt="",
         pinning=pinning,
-        kv_overcommit=KV_OVERCOMMIT.get(system),
+        kv_overcommit=kv_overcommit or KV_OVERCOMMIT.get(system),
     )
     cache = PromptResultCache(engine.name)
     await engine.reset_prefix_cache()
