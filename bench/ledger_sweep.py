@@ -25,7 +25,7 @@ from typing import Any
 from bench.regimes import PROFILES, Cell, _engine
 from bench.shapes import SHAPES, shaped
 from bench.stamp import run_stamp
-from bench.workflow_bench import is_system, run_system
+from bench.workflow_bench import is_system, run_system, system_options
 
 
 def parse_cell(text: str, profile: str) -> Cell:
@@ -47,9 +47,11 @@ def parse_system(text: str) -> tuple[str, float | None]:
         raise ValueError(f"unknown system {system!r}")
     if not factor:
         return system, None
-    value = float(factor)
-    if not 1.0 <= value < float("inf"):
-        raise ValueError(f"a ledger factor is >= 1 and finite, got {factor!r}")
+    try:
+        value = float(factor)
+        system_options(system, value)  # refused as the run would refuse it, before any run
+    except ValueError as exc:  # PlanError is one
+        raise ValueError(f"ledger factor {factor!r} for {system}: {exc}") from None
     return system, value
 
 

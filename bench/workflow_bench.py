@@ -199,19 +199,28 @@ class SystemRun:
     preemptions: int
 
 
+def system_options(system: str, kv_overcommit: float | None = None) -> RunOptions:
+    """The run options ``system`` runs with; ``kv_overcommit`` sizes its ledger instead
+    of the system's own choice (:data:`KV_OVERCOMMIT`).
+
+    Raises:
+        PlanError: a ledger size or combination the options refuse.
+    """
+    return RunOptions(
+        policy=system_policy(system)[0],
+        system_prompt="",
+        pinning="explicit" if system in EXPLICIT_PINNING else "virtual",
+        kv_overcommit=kv_overcommit if kv_overcommit is not None else KV_OVERCOMMIT.get(system),
+    )
+
+
 async def run_system(
     engine: Engine, job: Workload, system: str, kv_overcommit: float | None = None
 ) -> SystemRun:
-    """One system on ``job``, every day of it, the last timed; ``kv_overcommit`` sizes
-    its ledger instead of the system's own choice (:data:`KV_OVERCOMMIT`)."""
-    policy, switches = system_policy(system)
-    pinning = "explicit" if system in EXPLICIT_PINNING else "virtual"
-    options = RunOptions(
-        policy=policy,
-        system_prompt="",
-        pinning=pinning,
-        kv_overcommit=kv_overcommit or KV_OVERCOMMIT.get(system),
-    )
+    """One system on ``job``, every day of it, the last timed, with
+    :func:`system_options`."""
+    switches = system_policy(system)[1]
+    options = system_options(system, kv_overcommit)
     cache = PromptResultCache(engine.name)
     await engine.reset_prefix_cache()
     run: SystemRun | None = None
