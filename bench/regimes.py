@@ -4,6 +4,7 @@ under a GPU's step costs and a CPU's, on the simulator (a virtual clock: exact, 
 
     python -m bench.regimes --out bench/results/regimes-sim.json    # every grid (make bench-paper)
     python -m bench.regimes --grids shapes --profiles gpu --workers 2  # keeps the other cells'
+    python -m bench.regimes --grids shapes --profiles gpu --workloads debate:P6 --kv-tokens 88000
     python -m bench.regimes --report bench/results/regimes-sim.json # tables and heatmaps again
 
 Grids (a cell is one workload at one KV size; every system runs it on a fresh engine):
@@ -120,6 +121,25 @@ def cells(grids: Sequence[str], profiles: Sequence[str]) -> list[Cell]:
                     for kv in WORKFLOW_KV_TOKENS
                 ]
     return out
+
+
+def chosen(todo: Sequence[Cell], workloads: Sequence[str], kv_tokens: Sequence[int]) -> list[Cell]:
+    """The cells of ``todo`` of one of ``workloads`` and one of ``kv_tokens`` (either empty:
+    any).
+
+    Raises:
+        ValueError: a workload or a size no cell of ``todo`` has (a typo would run nothing).
+    """
+    unknown = [w for w in workloads if w not in {c.workload for c in todo}]
+    unknown += [str(k) for k in kv_tokens if k not in {c.kv_tokens for c in todo}]
+    if unknown:
+        raise ValueError(f"no cell of the chosen grids and profiles has {', '.join(unknown)}")
+    return [
+        c
+        for c in todo
+        if (not workloads or c.workload in workloads)
+        and (not kv_tokens or c.kv_tokens in kv_tokens)
+    ]
 
 
 def _engine(cell: Cell, output_tokens: int | None = None) -> SimEngine:
@@ -354,6 +374,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--grids", default=",".join(GRIDS), help=f"comma-separated of {GRIDS}")
     parser.add_argument("--profiles", default="gpu,cpu", help="comma-separated of gpu, cpu")
+    parser.add_argument(
+        "--workloads", default="", help="only these workloads (debate:P6, medec), comma-separated"
+    )
+    parser.add_argument(
+        "--kv-tokens", default="", help="only these KV sizes in tokens, comma-separated"
+    )
     parser.add_argument("--workers", type=int, default=2, help="cells run in parallel")
     parser.add_argument("--out", type=Path, default=Path("bench/results/regimes-sim.json"))
     parser.add_argument(
@@ -371,7 +397,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [g for g in grids if g not in GRIDS] + [p for p in profiles if p not in PROFILES]
     if unknown or args.workers < 1:
         parser.error(f"unknown grids or profiles {unknown}, or --workers below 1")
-    todo = cells(grids, profiles)
+    try:
+        sizes = [int(k) for k in args.kv_tokens.split(",") if k]
+        todo = chosen(cells(grids, profiles), [w for w in args.workloads.split(",") if w], sizes)
+    except ValueError as exc:
+        parser.error(str(exc))
     label = stamp()
     records = _kept_records(args.out, set(todo))
     started = time.monotonic()

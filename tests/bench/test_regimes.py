@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.regimes import Cell, _kept_records
+import pytest
+
+from bench.regimes import Cell, _kept_records, cells, chosen
 
 
 def _record(cell: Cell, system: str) -> dict[str, object]:
@@ -23,3 +25,16 @@ def test_a_run_keeps_the_records_of_the_cells_it_does_not_run(tmp_path: Path) ->
     out.write_text(json.dumps(records))
     assert _kept_records(out, {run}) == records[1:]
     assert _kept_records(out, {run, other}) == []
+
+
+def test_a_run_of_chosen_cells_runs_those_and_refuses_a_cell_no_grid_has() -> None:
+    grid = cells(["shapes"], ["gpu"])
+    picked = chosen(grid, ["debate:P6", "mapred:P3"], [88_000])
+    assert picked == [
+        Cell("shapes", "gpu", "mapred:P3", 88_000),
+        Cell("shapes", "gpu", "debate:P6", 88_000),
+    ]
+    assert chosen(grid, [], []) == grid
+    assert len(chosen(grid, ["debate:P6"], [])) == 3
+    with pytest.raises(ValueError, match="debate:P7, 99"):
+        chosen(grid, ["debate:P7"], [99])

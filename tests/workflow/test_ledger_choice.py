@@ -2,7 +2,8 @@
 predicted time (:mod:`kalypso.core.ledger_size`), on the simulator at exact counts:
 MapRed over the Helium paper's shape P3 (prompt parts of 1,024 tokens, answers of 512),
 12 queries on a cache of 687 blocks of 16 tokens, the ``qwen3-8b-h100`` profile
-admits against the calls' mean occupancy, and the CPU profile against the cache. A run
+admits against the calls' mean occupancy, and the CPU profile against the cache; Debate,
+whose rounds continue conversations, weighs it alike beside its instance window. A run
 on the larger ledger that fails or is cancelled while the engine preempts holds nothing
 after. A ledger shared between runs (a replica's) admits against the least of their
 choices."""
@@ -70,12 +71,36 @@ def test_a_cpu_admits_against_the_cache() -> None:
     assert "-> the cache's ledger: 687 blocks" in planned.explain()
 
 
-def test_a_workflow_that_continues_conversations_keeps_the_cache() -> None:
-    """Debate's rounds continue their conversations: a preempted round would evict what
-    the next reads, so no larger ledger is weighed."""
+def test_a_workflow_that_continues_conversations_weighs_its_ledger_too() -> None:
+    """Debate's rounds continue their conversations under an instance window; the
+    ledger beside the window is weighed alike (a call holds 98.7 blocks, 1,578.9 tokens,
+    its answer 512 of them: 1,578.9 / (1,578.9 - 256))."""
     planned = _plan(_engine("qwen3-8b-h100"), "debate")
-    assert planned.policy.ledger_factor == 1.0
-    assert "ledger:" not in planned.explain()
+    assert planned.policy.ledger_factor == pytest.approx(1.1935, abs=1e-4)
+    text = planned.explain()
+    assert "instance window: 4 conversation groups in flight" in text
+    assert "-> the calls' mean occupancy: 819 blocks (1.19x the cache)" in text
+
+
+async def test_a_conversation_preempted_on_the_larger_ledger_gives_the_same_answers() -> None:
+    """On the larger ledger the engine preempts 27 calls; a preempted round's
+    continuation computes part of its conversation again (5,712 prefill tokens more),
+    and every answer is the one of the run on the cache's ledger."""
+    job = _job("debate")
+    (flow,), (inputs,) = job.workflows, job.inputs
+    runs = []
+    for kv_overcommit in (None, 1.0):
+        engine = _engine("qwen3-8b-h100")
+        try:
+            result = await arun(flow, engine, inputs, system_prompt="", kv_overcommit=kv_overcommit)
+            runs.append((result, (await engine.stats()).preemptions))
+        finally:
+            await engine.close()
+    (chosen, chosen_preempted), (cache, cache_preempted) = runs
+    assert (chosen.report.peak_reserved_blocks, chosen_preempted) == (795, 27)
+    assert (cache.report.peak_reserved_blocks, cache_preempted) == (660, 0)
+    assert (chosen.prefill_tokens, cache.prefill_tokens) == (85228, 79516)
+    assert chosen.outputs.equals(cache.outputs)
 
 
 @pytest.mark.parametrize(

@@ -30,9 +30,9 @@ but is not ready lets the next ones through.
 When the graph has conversation groups, an instance's group starts only while fewer
 than a window of groups are in flight (:mod:`kalypso.core.instance_window`), so that
 the conversations they continue stay cached. ``cache-aware:N`` sets the window to ``N``
-groups, ``cache-aware:unbounded`` turns it off. Without conversation groups, the ledger
-the run admits against is sized by predicted time (:mod:`kalypso.core.ledger_size`): the
-cache's, or the calls' mean occupancy (:attr:`ledger_factor`).
+groups, ``cache-aware:unbounded`` turns it off. Beside the window (or without one), the
+ledger the run admits against is sized by predicted time (:mod:`kalypso.core.ledger_size`):
+the cache's, or the calls' mean occupancy (:attr:`ledger_factor`).
 """
 
 from __future__ import annotations
@@ -205,8 +205,7 @@ class CacheAware(Policy):
         self.choice = None
         self.window = self._window(plan, graph)
         self.ledger_choice, self.ledger_factor = None, 1.0
-        if not self.groups:
-            self._size_ledger(plan)
+        self._size_ledger(plan)
         self._started, self._running, self._seen_run = set(), set(), None
 
     def _window(self, plan: PlanInfo, graph: TaskGraph) -> InstanceWindow:
