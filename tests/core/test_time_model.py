@@ -98,3 +98,14 @@ def test_the_windows_weighed_run_from_the_memory_window_to_none() -> None:
         4,
         None,
     ]
+
+
+def test_a_choice_may_give_ties_to_the_narrowest_instead() -> None:
+    tie = [Option("narrow", Work(100, 80, 8)), Option("wide", Work(101, 80, 8))]
+    choice = choose_by_time(tie, MODEL, ties_to="narrowest")
+    assert choice.option.label == "narrow"
+    assert choice.explain()[0].endswith("; a tie goes to the narrowest")
+    assert choose_by_time(_options(), MODEL, ties_to="narrowest").option.label == "wide"  # faster
+    blind = choose_by_time(_options(), None, ties_to="narrowest")
+    assert blind.option.label == "narrow"
+    assert blind.explain()[0] == "no cost model for this engine: the narrowest option"

@@ -9,13 +9,17 @@ it asks of the engine and takes the one the engine's
 
 A prediction is a bound, not a simulation: two options within ``tolerance`` of each other
 are a tie, and a tie goes to the wider option (more calls at once), as does every choice
-on an engine without a cost model. The narrower option must earn its place.
+on an engine without a cost model. The narrower option must earn its place, except where
+the wider option's cost is one the prediction leaves out (a choice made with
+``ties_to="narrowest"``: a ledger beyond the cache beside conversations,
+:mod:`kalypso.core.ledger_size`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from kalypso.engine.cost_model import CostModel, Work
 
@@ -41,6 +45,7 @@ class TimedChoice:
     predicted_s: tuple[float, ...] | None
     chosen: int
     model: CostModel | None
+    ties_to: Literal["widest", "narrowest"] = "widest"
 
     @property
     def option(self) -> Option:
@@ -49,9 +54,11 @@ class TimedChoice:
     def explain(self) -> list[str]:
         """The model, then a line per option with its prediction, the chosen one marked."""
         if self.model is None:
-            head = "no cost model for this engine: the widest option"
+            head = f"no cost model for this engine: the {self.ties_to} option"
         else:
             head = f"by predicted time on {self.model.explain()}"
+            if self.ties_to == "narrowest":
+                head += "; a tie goes to the narrowest"
         lines = [head]
         for index, option in enumerate(self.options):
             mark = "->" if index == self.chosen else "  "
@@ -66,10 +73,14 @@ class TimedChoice:
 
 
 def choose_by_time(
-    options: Sequence[Option], model: CostModel | None, tolerance: float = TOLERANCE
+    options: Sequence[Option],
+    model: CostModel | None,
+    tolerance: float = TOLERANCE,
+    ties_to: Literal["widest", "narrowest"] = "widest",
 ) -> TimedChoice:
     """The fastest of ``options`` (ordered narrowest first) under ``model``; within
-    ``tolerance`` of the fastest, the widest; without a model, the widest.
+    ``tolerance`` of the fastest, the widest (or the narrowest, with ``ties_to``);
+    without a model, the same.
 
     Raises:
         ValueError: no options, or a negative tolerance.
@@ -78,9 +89,10 @@ def choose_by_time(
         raise ValueError("a choice needs at least one option")
     if tolerance < 0:
         raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+    pick = max if ties_to == "widest" else min
     if model is None:
-        return TimedChoice(tuple(options), None, len(options) - 1, None)
+        return TimedChoice(tuple(options), None, pick(range(len(options))), None, ties_to)
     predicted = tuple(model.predict_s(o.work) for o in options)
     fastest = min(predicted)
-    chosen = max(i for i, t in enumerate(predicted) if t <= fastest * (1 + tolerance))
-    return TimedChoice(tuple(options), predicted, chosen, model)
+    chosen = pick(i for i, t in enumerate(predicted) if t <= fastest * (1 + tolerance))
+    return TimedChoice(tuple(options), predicted, chosen, model, ties_to)

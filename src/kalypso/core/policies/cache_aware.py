@@ -237,7 +237,9 @@ class CacheAware(Policy):
 
     def _size_ledger(self, plan: PlanInfo) -> None:
         """Weigh the cache's ledger against the calls' mean occupancy by predicted time
-        (:mod:`kalypso.core.ledger_size`); without a cost model or the sizes, the cache's."""
+        (:mod:`kalypso.core.ledger_size`); without a cost model or the sizes, the cache's.
+        Beside conversation groups the larger ledger must be faster beyond the tolerance:
+        its preempted calls evict conversations, which the prediction does not price."""
         if plan.capacity is None or plan.instance_work is None or plan.cost_model is None:
             return
         capacity = plan.capacity
@@ -248,7 +250,11 @@ class CacheAware(Policy):
             capacity.max_running_requests,
             capacity.block_size_tokens,
         )
-        self.ledger_choice = choose_by_time([option for _, option in options], plan.cost_model)
+        self.ledger_choice = choose_by_time(
+            [option for _, option in options],
+            plan.cost_model,
+            ties_to="narrowest" if self.groups else "widest",
+        )
         self.ledger_factor = options[self.ledger_choice.chosen][0]
 
     def rank(self, task: TaskInfo) -> tuple[Any, ...]:
