@@ -23,11 +23,15 @@ shapes P3 and P5 at 88,000 KV tokens, ``qwen3-8b-h100``: 1.04x faster than with 
 cache's ledger, BENCHMARKS.md). Under 2 CPU cores' costs, where prefill is most of a
 step's cost, the cache's ledger won in every cell of the regime benchmark.
 
-Only a run whose calls continue no conversation weighs it (``cache-aware`` without
-conversation groups): a preempted call of a conversation group evicts the conversation
-its continuation reads. On Debate's shapes a ledger of 1.5x the cache was slower in seven
-of the nine cells where the cache bound the batch and faster in two, and this
-prediction agreed in five of the nine (docs/benchmarks.md).
+A run whose calls continue conversations (``cache-aware`` with conversation groups)
+weighs it too, beside its instance window, but there a tie keeps the cache's ledger (the
+larger must be predicted faster beyond the tolerance): a preempted call of a conversation
+group evicts the conversation its continuation reads, which the prediction does not
+price. On Debate's shapes (``qwen3-8b-h100``) that takes the mean occupancy (1.19-1.20x)
+at P3, P5 and P6 at 88,000 KV tokens and P6 at 176,000, 1.02-1.07x faster than the
+cache's ledger at P3 and P6, 1.5% slower at P5 (BENCHMARKS.md). A ledger of 1.5x the
+cache, beyond the mean occupancy, was slower in seven of the nine cells where the cache
+binds (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -61,9 +61,9 @@ class RunOptions:
             run at once and the engine's own preemption absorbs the excess: a preempted
             call recomputes its prompt, and an evicted shared prefix is recomputed by the
             next call that needs it. None (the default): the policy's choice, 1.0 except
-            for a ``cache-aware`` workflow whose calls continue no conversation, which
-            weighs the calls' mean occupancy by predicted time
-            (:mod:`kalypso.core.ledger_size`); with explicit pinning, always 1.0. A
+            for a ``cache-aware`` workflow, which weighs the calls' mean occupancy by
+            predicted time (:mod:`kalypso.core.ledger_size`; beside conversation groups
+            a tie keeps 1.0); with explicit pinning, always 1.0. A
             ledger shared between runs (a replica's, a batch file's) admits against the
             least of its runs' factors. A number is refused with ``pinning="explicit"``
             above 1.0 (hard pins beyond the cache would hold it full) and with the job
