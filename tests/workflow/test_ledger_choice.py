@@ -199,13 +199,16 @@ def _failing_engine(clock: SharedClock | None = None) -> _FailingAfterPreemption
     )
 
 
+@pytest.mark.parametrize("workflow", ["mapred", "debate"])
 @pytest.mark.parametrize("end", ["engine failure", "cancel"])
 async def test_a_run_on_the_larger_ledger_that_fails_or_is_cancelled_releases_everything(
-    monkeypatch: pytest.MonkeyPatch, end: str
+    monkeypatch: pytest.MonkeyPatch, end: str, workflow: str
 ) -> None:
+    """Debate's runs end with conversations in flight under the window, preempted ones
+    among them."""
     ledgers = _record_ledgers(monkeypatch)
     engine = _failing_engine() if end == "engine failure" else _engine("qwen3-8b-h100")
-    job = _job()
+    job = _job(workflow)
     (flow,), (inputs,) = job.workflows, job.inputs
     try:
         run = asyncio.ensure_future(arun(flow, engine, inputs, system_prompt=""))
