@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from bench.shapes import SHAPES, shaped
+from kalypso import workflow as wf
 from kalypso.core.errors import QueryError
 from kalypso.core.ledger import KVLedger
 from kalypso.core.replicas import ReplicaSet
@@ -82,27 +83,6 @@ def test_a_workflow_that_continues_conversations_weighs_its_ledger_too() -> None
     assert "-> the calls' mean occupancy: 819 blocks (1.19x the cache)" in text
 
 
-async def test_a_conversation_preempted_on_the_larger_ledger_gives_the_same_answers() -> None:
-    """On the larger ledger the engine preempts 27 calls; a preempted round's
-    continuation computes part of its conversation again (5,712 prefill tokens more),
-    and every answer is the one of the run on the cache's ledger."""
-    job = _job("debate")
-    (flow,), (inputs,) = job.workflows, job.inputs
-    runs = []
-    for kv_overcommit in (None, 1.0):
-        engine = _engine("qwen3-8b-h100")
-        try:
-            result = await arun(flow, engine, inputs, system_prompt="", kv_overcommit=kv_overcommit)
-            runs.append((result, (await engine.stats()).preemptions))
-        finally:
-            await engine.close()
-    (chosen, chosen_preempted), (cache, cache_preempted) = runs
-    assert (chosen.report.peak_reserved_blocks, chosen_preempted) == (795, 27)
-    assert (cache.report.peak_reserved_blocks, cache_preempted) == (660, 0)
-    assert (chosen.prefill_tokens, cache.prefill_tokens) == (85228, 79516)
-    assert chosen.outputs.equals(cache.outputs)
-
-
 @pytest.mark.parametrize(
     ("options", "blocks"),
     [
@@ -123,10 +103,10 @@ def test_the_run_own_ledger_takes_the_policy_choice_unless_told(
     assert state.ledger.admit_blocks == blocks
 
 
-async def test_the_larger_ledger_runs_beyond_the_cache_with_the_same_answers() -> None:
-    """The engine preempts 24 calls to make room; each finds its prompt's blocks cached
-    again, so both runs compute the same prefill, and the same answers."""
-    job = _job()
+async def _chosen_and_cache_runs(workflow: str) -> list[tuple[wf.WorkflowResult, int]]:
+    """``workflow`` on its chosen ledger, then on the cache's: each result with the
+    engine's preemptions."""
+    job = _job(workflow)
     (flow,), (inputs,) = job.workflows, job.inputs
     runs = []
     for kv_overcommit in (None, 1.0):
@@ -136,10 +116,27 @@ async def test_the_larger_ledger_runs_beyond_the_cache_with_the_same_answers() -
             runs.append((result, (await engine.stats()).preemptions))
         finally:
             await engine.close()
-    (chosen, chosen_preempted), (cache, cache_preempted) = runs
+    return runs
+
+
+async def test_the_larger_ledger_runs_beyond_the_cache_with_the_same_answers() -> None:
+    """The engine preempts 24 calls to make room; each finds its prompt's blocks cached
+    again, so both runs compute the same prefill, and the same answers."""
+    (chosen, chosen_preempted), (cache, cache_preempted) = await _chosen_and_cache_runs("mapred")
     assert (chosen.report.peak_reserved_blocks, chosen_preempted) == (831, 24)
     assert (cache.report.peak_reserved_blocks, cache_preempted) == (665, 0)
     assert chosen.prefill_tokens == cache.prefill_tokens == 75868
+    assert chosen.outputs.equals(cache.outputs)
+
+
+async def test_a_conversation_preempted_on_the_larger_ledger_gives_the_same_answers() -> None:
+    """On the larger ledger the engine preempts 27 calls; a preempted round's
+    continuation computes part of its conversation again (5,712 prefill tokens more),
+    and every answer is the one of the run on the cache's ledger."""
+    (chosen, chosen_preempted), (cache, cache_preempted) = await _chosen_and_cache_runs("debate")
+    assert (chosen.report.peak_reserved_blocks, chosen_preempted) == (795, 27)
+    assert (cache.report.peak_reserved_blocks, cache_preempted) == (660, 0)
+    assert (chosen.prefill_tokens, cache.prefill_tokens) == (85228, 79516)
     assert chosen.outputs.equals(cache.outputs)
 
 
