@@ -130,8 +130,9 @@ def chosen(todo: Sequence[Cell], workloads: Sequence[str], kv_tokens: Sequence[i
     Raises:
         ValueError: a workload or a size no cell of ``todo`` has (a typo would run nothing).
     """
-    unknown = [w for w in workloads if w not in {c.workload for c in todo}]
-    unknown += [str(k) for k in kv_tokens if k not in {c.kv_tokens for c in todo}]
+    known_workloads, known_sizes = {c.workload for c in todo}, {c.kv_tokens for c in todo}
+    unknown = [w for w in workloads if w not in known_workloads]
+    unknown += [str(k) for k in kv_tokens if k not in known_sizes]
     if unknown:
         raise ValueError(f"no cell of the chosen grids and profiles has {', '.join(unknown)}")
     return [

@@ -46,7 +46,7 @@ def test_the_command_refuses_bad_input_before_running(capsys: pytest.CaptureFixt
 
 
 def test_a_fixed_ledger_reaches_the_run(tmp_path: Path) -> None:
-    """Debate P1 at 88,000 tokens: the cache's ledger (Kalypso's with conversations)
+    """Debate P1 at 88,000 tokens: the cache's ledger (Kalypso's choice in that cell)
     never preempts; a ledger of 1.5x the cache admits beyond it and the engine preempts,
     as all-ready's does."""
     out = tmp_path / "sweep.json"
