@@ -1,9 +1,10 @@
 """Replicas on real vLLM (CPU) through Ray: the quick plans on one actor, then on two.
 
-Both engines share this host's two cores, so no speed-up is expected: the ratio shows
-what a second replica costs or gives here. Each plan runs on one replica (a replica set
-of one) and on two, alternating, with the prefix caches reset before each run; the tables
-are compared.
+Each replica's engine computes on a half of the host's cores of its own
+(``cpu_actor_options``; here one core each), and the single replica is the first of the
+two; the engines' front ends, Ray and this driver share all the cores. Each plan runs on
+one replica (a replica set of one) and on two, alternating, with the prefix caches reset
+before each run; the tables are compared.
 
     python -m bench.replicas_cpu --out bench/results/replicas-cpu-<host>.json
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,17 +26,17 @@ from bench.stamp import run_stamp
 from bench.workloads import WORKLOADS
 from kalypso.core.replicas import ReplicaSet
 from kalypso.engine.open import EngineSpec
-from kalypso.ray import astart_replicas, astop_replicas
+from kalypso.ray import astart_replicas, astop_replicas, cpu_actor_options
 
 
 async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     stamp = run_stamp()
     settings = quick_vllm_settings(args.kv_tokens)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, log_to_driver=False)
     records: list[dict[str, Any]] = []
     try:
         pair = await astart_replicas(
-            EngineSpec(kind="vllm", settings=settings), 2, actor_options={"num_cpus": 1}
+            EngineSpec(kind="vllm", settings=settings), 2, actor_options=cpu_actor_options(2)
         )
         try:
             one = ReplicaSet(pair.engines[:1])

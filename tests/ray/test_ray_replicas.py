@@ -6,9 +6,12 @@ once for the module and shut down after it, even on failure."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import Iterator
 
 import pandas as pd
+import psutil
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -97,19 +100,37 @@ def test_a_ray_dataset_in_and_out(cluster: None) -> None:
         kray.stop_replicas(replicas)
 
 
+def _engine_worker_cores() -> list[list[int]]:
+    """The cores each vLLM worker process under a Ray actor may run on."""
+    cores = []
+    for process in psutil.process_iter(["name"]):
+        with contextlib.suppress(psutil.Error):
+            if process.info["name"].startswith("VLLM::Worker") and any(
+                "EngineHost" in parent.name() for parent in process.parents()
+            ):
+                cores.append(sorted(process.cpu_affinity()))
+    return cores
+
+
 @pytest.mark.vllm
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_two_real_vllm_replicas_give_the_one_engine_table(cluster: None) -> None:
-    """The bundled model in the deterministic mode, one small engine per actor: the table
-    equals the run on one of them alone (in the deterministic mode batching changes no
-    answer, so this is the one-engine table)."""
+    """The bundled model in the deterministic mode, one small engine per actor, each on a
+    core of its own (``cpu_actor_options``: the engines' compute processes run on the first
+    two cores this process may use, one each): the table equals the run on one of them
+    alone (in the deterministic mode batching changes no answer, so this is the one-engine
+    table)."""
     from tests.conftest import deterministic_vllm_settings
 
     settings = deterministic_vllm_settings(kv_blocks=16, max_num_seqs=4)
     frame = reviews(8)
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    options = kray.cpu_actor_options(2, cores=cores)
     replicas = kray.start_replicas(
-        EngineSpec(kind="vllm", settings=settings), 2, actor_options={"num_cpus": 1}
+        EngineSpec(kind="vllm", settings=settings), 2, actor_options=options
     )
     try:
+        assert sorted(_engine_worker_cores()) == [[cores[0]], [cores[1]]]
         expected = plan(frame).run(replicas.engines[0]).frame
         spread = plan(frame).run(replicas)
         pd.testing.assert_frame_equal(spread.frame, expected)

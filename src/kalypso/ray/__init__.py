@@ -14,7 +14,9 @@ On a cluster the same code runs after ``ray.init(address="ray://head:10001")`` (
 ``"auto"`` on a node of it), with one actor per GPU group: ``actor_options={"num_gpus":
 tp}`` and ``EngineSpec(kind="vllm", settings=VLLMSettings(extra_engine_args={
 "tensor_parallel_size": tp, "distributed_executor_backend": "ray"}))``; vLLM's own
-parallelism then runs inside each replica (see the user guide's Ray section).
+parallelism then runs inside each replica (see the user guide's Ray section). Several vLLM
+CPU replicas on one host need ``actor_options=cpu_actor_options(count)``: a slice of the
+host's cores each (vLLM binds every CPU engine to the same cores otherwise).
 
 :func:`map_plan` runs a plan's operators over a Ray Dataset and returns one.
 """
@@ -31,6 +33,7 @@ import ray
 from kalypso.core.replicas import ReplicaSet
 from kalypso.engine.open import EngineSpec
 from kalypso.query.plan import QueryResult, Table
+from kalypso.ray.cpu import cpu_actor_options
 from kalypso.ray.engine import RayEngine
 
 if TYPE_CHECKING:
@@ -42,6 +45,7 @@ __all__ = [
     "RayEngine",
     "astart_replicas",
     "astop_replicas",
+    "cpu_actor_options",
     "map_plan",
     "start_replicas",
     "stop_replicas",
