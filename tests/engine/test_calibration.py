@@ -1,8 +1,11 @@
 """Calibrating against the simulator recovers the simulator's own costs; the disk cache
-keeps one model per engine key; a calibration leaves the engine as it found it."""
+keeps one model per engine key, stored whole by writers at once; a calibration leaves the
+engine as it found it."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,22 @@ def test_the_cache_keeps_a_model_per_key(tmp_path: Path) -> None:
     assert cache.load({**key, "host": "other"}) is None
     path.write_text("{not json")
     assert cache.load(key) is None  # unreadable: measured again, not trusted
+
+
+def test_engines_storing_one_key_at_once_each_store_whole(tmp_path: Path) -> None:
+    """Replicas started side by side on one host calibrate the same key and store it at
+    once: every store succeeds, the file kept is whole, and no partial file is left."""
+    cache = CalibrationCache(tmp_path)
+    key = {"model": "m", "dtype": "float32", "block_size": 32, "host": "h"}
+    models = [CostModel(0.07 + i / 1000, 0.006, 0.003, source="calibrated") for i in range(8)]
+    barrier = threading.Barrier(len(models))
+
+    def store(model: CostModel) -> None:
+        barrier.wait()
+        for _ in range(40):
+            cache.store(key, model)
+
+    with ThreadPoolExecutor(len(models)) as pool:
+        list(pool.map(store, models))
+    assert cache.load(key) in models
+    assert [p.name for p in tmp_path.iterdir()] == [cache.path(key).name]

@@ -32,6 +32,7 @@ import hashlib
 import itertools
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -208,14 +209,22 @@ class CalibrationCache:
             return None
 
     def store(self, key: Mapping[str, object], model: CostModel) -> Path:
-        """Keep ``model`` for ``key`` (written whole, then renamed: a reader never sees
-        half a file)."""
+        """Keep ``model`` for ``key`` (written whole to a file of this writer's own, then
+        renamed: a reader never sees half a file, and engines calibrating the same key at
+        once, replicas started side by side, each store whole; the last one stays)."""
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         record = {"key": dict(key), "model": json.loads(model.to_json())}
-        partial = path.with_suffix(".tmp")
-        partial.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        partial.replace(path)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=path.parent, prefix=path.stem, suffix=".tmp", delete=False
+        ) as partial:
+            written = Path(partial.name)
+            try:
+                partial.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
+            except BaseException:
+                written.unlink(missing_ok=True)
+                raise
+        written.replace(path)
         return path
 
 
