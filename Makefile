@@ -122,7 +122,7 @@ bench-lotus: setup lotus-venv
 # The job server against the same plans in-process: on vLLM (CPU, float32), then on the
 # simulator's GPU profile paced in real time.
 # Replicas on the simulator at paper scale (1 to 8, against per-request routers), then two
-# real vLLM replicas on Ray against one (CPU: both share the host's cores).
+# real vLLM replicas on Ray against one (CPU: a core each, `cpu_actor_options`).
 bench-replicas: setup
 	rm -f $(RESULTS)/replicas-sim.json $(RESULTS)/replicas-cpu-$(HOST_SLUG).json
 	$(BIN)/python -m bench.replicas --out $(RESULTS)/replicas-sim.json
