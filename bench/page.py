@@ -76,7 +76,7 @@ LOTUS_DROPIN = Source("lotus-dropin-quick-epyc-avx512.json", "make bench-lotus")
 SERVICE = Source("service-quick-processor-avx512.json", "make bench-service")
 SERVICE_SIM = Source("service-sim.json", "make bench-service")
 REPLICAS = Source("replicas-sim.json", "make bench-replicas")
-REPLICAS_CPU = Source("replicas-cpu-processor-avx512.json", "make bench-replicas")
+REPLICAS_CPU = Source("replicas-cpu-epyc-avx512.json", "make bench-replicas")
 ROUTERS_SHOWN = ("kalypso", "round-robin", "prefix-affinity")
 
 
@@ -156,14 +156,23 @@ def replicas(results: Path) -> str:
         [
             workload,
             group[0]["engine"],
+            cores,
             f"{statistics.mean(r['one_s'] for r in group):.1f}",
             f"{statistics.mean(r['two_s'] for r in group):.1f}",
             f"{statistics.mean(r['one_s'] / r['two_s'] for r in group):.2f}x",
             "yes" if all(r["same_result"] for r in group) else "NO",
         ]
-        for (workload,), group in _group(cpu, ("workload",)).items()
+        for (workload, cores), group in _group(cpu, ("workload", "cores")).items()
     ]
-    cpu_header = ["workload", "engine", "one replica (s)", "two (s)", "ratio", "same table"]
+    cpu_header = [
+        "workload",
+        "engine",
+        "cores",
+        "one replica (s)",
+        "two (s)",
+        "ratio",
+        "same table",
+    ]
     return "\n".join(
         [
             f"- {REPLICAS.caption(records)}",

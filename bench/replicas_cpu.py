@@ -2,9 +2,10 @@
 
 Each replica's engine computes on a half of the host's cores of its own
 (``cpu_actor_options``; here one core each), and the single replica is the first of the
-two; the engines' front ends, Ray and this driver share all the cores. Each plan runs on
-one replica (a replica set of one) and on two, alternating, with the prefix caches reset
-before each run; the tables are compared.
+two; the engines' front ends, Ray and this driver share all the cores (``--vllm-binding``:
+vLLM's own choice, the same cores for both engines). Each plan runs on one replica (a
+replica set of one) and on two, alternating, with the prefix caches reset before each run;
+the tables are compared.
 
     python -m bench.replicas_cpu --out bench/results/replicas-cpu-<host>.json
 """
@@ -36,7 +37,9 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     try:
         pair = await astart_replicas(
-            EngineSpec(kind="vllm", settings=settings), 2, actor_options=cpu_actor_options(2)
+            EngineSpec(kind="vllm", settings=settings),
+            2,
+            actor_options=[{"num_cpus": 1}] * 2 if args.vllm_binding else cpu_actor_options(2),
         )
         try:
             one = ReplicaSet(pair.engines[:1])
@@ -61,6 +64,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "two_s": round(times[2], 2),
                         "same_result": frames[1].equals(frames[2]),
                         "engine": f"vLLM CPU on Ray actors, float32, {args.kv_tokens:,} KV tokens",
+                        "cores": "vLLM's binding" if args.vllm_binding else "a slice each",
                         "date": stamp.date,
                         "commit": stamp.commit,
                         "host": stamp.host,
@@ -86,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--kv-tokens", type=int, default=6144)
+    parser.add_argument(
+        "--vllm-binding",
+        action="store_true",
+        help="leave each engine's cores to vLLM (the same for both) instead of a slice each",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     records = asyncio.run(bench(args))
