@@ -10,11 +10,13 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kalypso.engine.cpu_cores import VLLM_CPU_BIND_ENV, allowed_cores, bind_value, core_slices
 from kalypso.engine.protocol import Engine, EngineError
 from kalypso.engine.quiet import output_to
 from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings, calibration_key
@@ -182,7 +184,8 @@ async def open_engines(
     Simulators share one virtual clock (they run side by side, as replicas on their own
     GPUs do), one tokenizer and one record of cut answers; vLLM engines and servers are
     started one after another, each logging to ``log_path`` with ``-r<N>`` before its
-    suffix. Either every engine is returned or none is left open.
+    suffix. Several vLLM CPU engines started here compute on cores of their own
+    (:func:`_on_cores_of_their_own`). Either every engine is returned or none is left open.
 
     Raises:
         ValueError: ``count`` < 1, or ``urls`` with another kind or another count.
@@ -204,7 +207,7 @@ async def open_engines(
             "continuations": {},
         }
         return [_sim_engine(spec, **shared) for _ in range(count)]
-    specs = [replace(spec, url=url) for url in urls] or [spec] * count
+    specs = [replace(spec, url=url) for url in urls] or _on_cores_of_their_own(spec, count)
     opened: list[Engine] = []
     try:
         for number, one in enumerate(specs):
@@ -217,6 +220,44 @@ async def open_engines(
             await close_engines(opened)
         raise
     return opened
+
+
+def _on_cores_of_their_own(spec: EngineSpec, count: int) -> list[EngineSpec]:
+    """``count`` copies of ``spec``; when they start vLLM for CPU here and neither the
+    settings nor the environment say which cores it computes on, each gets a slice of
+    this process's cores (:mod:`kalypso.engine.cpu_cores`): vLLM would bind them all to
+    the same cores. More engines than cores keep vLLM's choice (logged)."""
+    settings = spec.settings
+    if (
+        count == 1
+        or spec.kind == "sim"
+        or spec.url
+        or settings.cpu_cores is not None
+        or VLLM_CPU_BIND_ENV in os.environ
+        or not _vllm_runs_on_cpu()
+    ):
+        return [spec] * count
+    cores = allowed_cores()
+    if count > len(cores):
+        logger.warning(
+            "%d vLLM CPU engines on %d cores: they compute on the cores vLLM picks, the same"
+            " for all",
+            count,
+            len(cores),
+        )
+        return [spec] * count
+    slices = core_slices(count, cores)
+    logger.info("vLLM CPU engines on cores %s", " | ".join(map(bind_value, slices)))
+    return [replace(spec, settings=replace(settings, cpu_cores=share)) for share in slices]
+
+
+def _vllm_runs_on_cpu() -> bool:
+    """vLLM is installed and built for CPUs."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
 
 
 async def close_engines(engines: Sequence[Engine]) -> None:

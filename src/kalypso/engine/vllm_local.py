@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from kalypso.engine.calibration import measured_cost_model
 from kalypso.engine.cost_fit import OnlineCostFit, StepSample
 from kalypso.engine.cost_model import CostModel
+from kalypso.engine.cpu_cores import bound_to
 from kalypso.engine.hf_tokenizer import load_hf_tokenizer
 from kalypso.engine.protocol import (
     EngineCapacity,
@@ -268,7 +269,10 @@ class LocalVLLMEngine:
         collector = _StatsCollector()
         logging.getLogger("vllm.v1.metrics.loggers").addFilter(_ITERATION_FILTER)
         try:
-            llm = AsyncLLM.from_engine_args(args, stat_loggers=[_stat_logger_factory(collector)])
+            with bound_to(settings.cpu_cores):  # read by the engine's processes as they start
+                llm = AsyncLLM.from_engine_args(
+                    args, stat_loggers=[_stat_logger_factory(collector)]
+                )
         except Exception as exc:
             raise EngineError(f"vLLM failed to start for model {model_path!r}: {exc}") from exc
         config = llm.vllm_config

@@ -45,6 +45,7 @@ from typing import IO, Any
 
 import httpx
 
+from kalypso.engine.cpu_cores import VLLM_CPU_BIND_ENV, bind_value
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.vllm_settings import VLLMSettings, engine_args, engine_cli_args
 from kalypso.models import BUNDLED_MODEL_NAME, SERVED_MODEL_NAME, cache_dir, resolve_model
@@ -264,6 +265,8 @@ class VLLMServer:
         env = {k: v for k, v in os.environ.items() if k != ADMIN_ENV_VAR}
         if admin_endpoints:
             env[ADMIN_ENV_VAR] = "1"
+        if settings.cpu_cores is not None:
+            env[VLLM_CPU_BIND_ENV] = bind_value(settings.cpu_cores)
         with open(log_path, "wb") as log:
             process = launch_process_group(cmd, stdout=log, env=env)
         server = cls(

@@ -84,6 +84,9 @@ class VLLMSettings:
             refitted from the steps the engine reports as it runs.
         calibrate: measure a cost model at start when none is given; False: the engine
             has none (policies then keep the batch as wide as the engine allows).
+        cpu_cores: the cores this engine's threads compute on (vLLM for CPU,
+            ``VLLM_CPU_OMP_THREADS_BIND``); None: vLLM's own choice, the same cores for
+            every engine of a host (:mod:`kalypso.engine.cpu_cores`).
         extra_engine_args: more vLLM engine arguments (``AsyncEngineArgs`` field names),
             passed in-process and on the server command line alike; they override the
             arguments above.
@@ -104,12 +107,19 @@ class VLLMSettings:
     extra_engine_args: dict[str, Any] = field(default_factory=dict)
     cost_model: CostModel | None = None
     calibrate: bool = True
+    cpu_cores: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.default_timeout_s > 0:
             raise ValueError(f"default_timeout_s must be > 0, got {self.default_timeout_s}")
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.cpu_cores is not None and (
+            not self.cpu_cores
+            or min(self.cpu_cores) < 0
+            or len(set(self.cpu_cores)) != len(self.cpu_cores)
+        ):
+            raise ValueError(f"cpu_cores must be distinct core ids >= 0, got {self.cpu_cores}")
 
     @property
     def effective_dtype(self) -> str:
@@ -259,7 +269,8 @@ def engine_args(settings: VLLMSettings, model_path: str) -> dict[str, Any]:
 def calibration_key(settings: VLLMSettings, model_path: str, kind: str) -> dict[str, object]:
     """What a measured cost model depends on: the engine kind (a server adds HTTP to
     every request), the model, its dtype, the block size, the batch limits, eager or
-    compiled, the host and vLLM's version."""
+    compiled, how many cores it was given (or vLLM's choice), the host and vLLM's
+    version."""
     try:
         from vllm import __version__ as vllm_version
     except ImportError:
@@ -272,6 +283,7 @@ def calibration_key(settings: VLLMSettings, model_path: str, kind: str) -> dict[
         "max_num_seqs": settings.max_num_seqs,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "enforce_eager": settings.enforce_eager,
+        "cpu_cores": len(settings.cpu_cores) if settings.cpu_cores is not None else "vllm",
         "host": describe_host(),
         "vllm": vllm_version,
     }
