@@ -41,13 +41,14 @@ def test_bad_counts_and_cores_are_refused(count: int, cores: list[int], message:
 
 
 def test_the_binding_is_set_only_within_the_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
     monkeypatch.delenv(VLLM_CPU_BIND_ENV, raising=False)
-    with bound_to((2, 3)):
-        assert os.environ[VLLM_CPU_BIND_ENV] == "2,3"
+    with bound_to(allowed):
+        assert os.environ[VLLM_CPU_BIND_ENV] == ",".join(map(str, allowed))
     assert VLLM_CPU_BIND_ENV not in os.environ
     monkeypatch.setenv(VLLM_CPU_BIND_ENV, "auto")
-    with pytest.raises(RuntimeError), bound_to((1,)):
-        assert os.environ[VLLM_CPU_BIND_ENV] == "1"
+    with pytest.raises(RuntimeError), bound_to(allowed[-1:]):
+        assert os.environ[VLLM_CPU_BIND_ENV] == str(allowed[-1])
         raise RuntimeError
     assert os.environ[VLLM_CPU_BIND_ENV] == "auto"
     with bound_to(None):
@@ -82,10 +83,27 @@ def test_a_server_started_on_cores_has_them_in_its_environment(
 
     monkeypatch.setattr("kalypso.engine.vllm_server.launch_process_group", launch)
     monkeypatch.setenv(VLLM_CPU_BIND_ENV, "auto")
-    for cores in [(1,), None]:
+    last = max(os.sched_getaffinity(0))
+    for cores in [(last,), None]:
         with pytest.raises(Launched):
             VLLMServer.start(VLLMSettings(cpu_cores=cores), log_path=tmp_path / "log")
-    assert [env[VLLM_CPU_BIND_ENV] for env in launched] == ["1", "auto"]
+    assert [env[VLLM_CPU_BIND_ENV] for env in launched] == [str(last), "auto"]
+    outside = max(os.sched_getaffinity(0)) + 1
+    with pytest.raises(ValueError, match=rf"cpu_cores \[{outside}\] are not among"):
+        VLLMServer.start(VLLMSettings(cpu_cores=(0, outside)), log_path=tmp_path / "log")
+    assert len(launched) == 2  # refused before anything started
+
+
+async def test_an_in_process_engine_on_a_core_it_may_not_use_is_refused_before_starting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kalypso.engine.vllm_local import LocalVLLMEngine
+
+    monkeypatch.delenv(VLLM_CPU_BIND_ENV, raising=False)
+    outside = max(os.sched_getaffinity(0)) + 1
+    with pytest.raises(ValueError, match="are not among this process's cores"):
+        await LocalVLLMEngine.start(VLLMSettings(deterministic=True, cpu_cores=(outside,)))
+    assert VLLM_CPU_BIND_ENV not in os.environ
 
 
 @pytest.fixture

@@ -52,15 +52,35 @@ def bind_value(cores: Sequence[int]) -> str:
     return ",".join(map(str, cores))
 
 
+def checked_bind_value(cores: Sequence[int]) -> str:
+    """:func:`bind_value` of ``cores`` for an engine this process starts.
+
+    Raises:
+        ValueError: this process may not run on one of ``cores`` (vLLM would fail to
+            start, later and less clearly).
+    """
+    outside = sorted(set(cores) - set(allowed_cores()))
+    if outside:
+        raise ValueError(
+            f"cpu_cores {outside} are not among this process's cores {allowed_cores()}"
+        )
+    return bind_value(cores)
+
+
 @contextlib.contextmanager
 def bound_to(cores: Sequence[int] | None) -> Iterator[None]:
     """Within the block, vLLM engines started by this process compute on ``cores`` (None:
-    no change). The variable is process-wide, so engines are started one at a time."""
+    no change). The variable is process-wide, so engines are started one at a time.
+
+    Raises:
+        ValueError: as :func:`checked_bind_value`, before anything changes.
+    """
     if cores is None:
         yield
         return
+    value = checked_bind_value(cores)
     before = os.environ.get(VLLM_CPU_BIND_ENV)
-    os.environ[VLLM_CPU_BIND_ENV] = bind_value(cores)
+    os.environ[VLLM_CPU_BIND_ENV] = value
     try:
         yield
     finally:

@@ -244,6 +244,7 @@ class LocalVLLMEngine:
 
         Raises:
             kalypso.models.ModelNotReadyError: the model folder is missing or broken.
+            ValueError: ``settings.cpu_cores`` names a core this process may not run on.
             EngineError: vLLM failed to start (the message carries vLLM's reason).
         """
         settings = settings or VLLMSettings()
@@ -268,13 +269,13 @@ class LocalVLLMEngine:
         )
         collector = _StatsCollector()
         logging.getLogger("vllm.v1.metrics.loggers").addFilter(_ITERATION_FILTER)
-        try:
-            with bound_to(settings.cpu_cores):  # read by the engine's processes as they start
+        with bound_to(settings.cpu_cores):  # read by the engine's processes as they start
+            try:
                 llm = AsyncLLM.from_engine_args(
                     args, stat_loggers=[_stat_logger_factory(collector)]
                 )
-        except Exception as exc:
-            raise EngineError(f"vLLM failed to start for model {model_path!r}: {exc}") from exc
+            except Exception as exc:
+                raise EngineError(f"vLLM failed to start for model {model_path!r}: {exc}") from exc
         config = llm.vllm_config
         num_blocks = config.cache_config.num_gpu_blocks
         if not num_blocks:

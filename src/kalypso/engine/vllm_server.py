@@ -45,7 +45,7 @@ from typing import IO, Any
 
 import httpx
 
-from kalypso.engine.cpu_cores import VLLM_CPU_BIND_ENV, bind_value
+from kalypso.engine.cpu_cores import VLLM_CPU_BIND_ENV, checked_bind_value
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.vllm_settings import VLLMSettings, engine_args, engine_cli_args
 from kalypso.models import BUNDLED_MODEL_NAME, SERVED_MODEL_NAME, cache_dir, resolve_model
@@ -253,6 +253,7 @@ class VLLMServer:
 
         Raises:
             kalypso.models.ModelNotReadyError: the model is not prepared.
+            ValueError: ``settings.cpu_cores`` names a core this process may not run on.
             EngineError: the server exited or did not become healthy in time; the message
                 carries the tail of its log. Nothing is left running.
         """
@@ -266,7 +267,7 @@ class VLLMServer:
         if admin_endpoints:
             env[ADMIN_ENV_VAR] = "1"
         if settings.cpu_cores is not None:
-            env[VLLM_CPU_BIND_ENV] = bind_value(settings.cpu_cores)
+            env[VLLM_CPU_BIND_ENV] = checked_bind_value(settings.cpu_cores)
         with open(log_path, "wb") as log:
             process = launch_process_group(cmd, stdout=log, env=env)
         server = cls(
