@@ -59,11 +59,10 @@ def checked_bind_value(cores: Sequence[int]) -> str:
         ValueError: this process may not run on one of ``cores`` (vLLM would fail to
             start, later and less clearly).
     """
-    outside = sorted(set(cores) - set(allowed_cores()))
+    allowed = allowed_cores()
+    outside = sorted(set(cores) - set(allowed))
     if outside:
-        raise ValueError(
-            f"cpu_cores {outside} are not among this process's cores {allowed_cores()}"
-        )
+        raise ValueError(f"cpu_cores {outside} are not among this process's cores {allowed}")
     return bind_value(cores)
 
 

@@ -229,8 +229,7 @@ def _on_cores_of_their_own(spec: EngineSpec, count: int) -> list[EngineSpec]:
     the same cores. More engines than cores keep vLLM's choice (logged)."""
     settings = spec.settings
     if (
-        count == 1
-        or spec.kind == "sim"
+        count == 1  # the simulator's several engines are opened before this
         or spec.url
         or settings.cpu_cores is not None
         or VLLM_CPU_BIND_ENV in os.environ
