@@ -34,6 +34,7 @@ from rich.markup import escape
 from kalypso.core.errors import PlanError, QueryError
 from kalypso.core.replicas import ReplicaSetError
 from kalypso.engine.cost_model import CostModel
+from kalypso.engine.cpu_cores import checked_bind_value, parse_cores
 from kalypso.engine.open import EngineFlagsError, parse_size_bytes
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.quiet import output_to
@@ -64,11 +65,31 @@ def _add_engine_options(parser: argparse.ArgumentParser, kv_default: int) -> Non
         help="KV cache size, e.g. 64MiB (default %(default)s bytes)",
     )
     parser.add_argument("--max-num-seqs", type=int, default=32)
+    parser.add_argument(
+        "--cpu-cores",
+        type=_cores,
+        metavar="CORES",
+        help="vLLM for CPU: the cores the engine computes on, e.g. 0-3 or 0,2 (default:"
+        " vLLM's choice, the same cores for every engine of the host)",
+    )
+
+
+def _cores(text: str) -> tuple[int, ...]:
+    """``--cpu-cores``: cores this process may run on (the engine starts here)."""
+    try:
+        cores = parse_cores(text)
+        checked_bind_value(cores)
+        return cores
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _settings(args: argparse.Namespace) -> VLLMSettings:
     return VLLMSettings(
-        model=args.model, kv_cache_bytes=args.kv_cache_bytes, max_num_seqs=args.max_num_seqs
+        model=args.model,
+        kv_cache_bytes=args.kv_cache_bytes,
+        max_num_seqs=args.max_num_seqs,
+        cpu_cores=args.cpu_cores,
     )
 
 

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from kalypso.cli import main as cli_main
 from kalypso.engine import open as open_module
-from kalypso.engine.cpu_cores import VLLM_CPU_BIND_ENV, bound_to, core_slices
+from kalypso.engine.cpu_cores import VLLM_CPU_BIND_ENV, bound_to, core_slices, parse_cores
 from kalypso.engine.open import EngineSpec, open_engines
+from kalypso.engine.protocol import EngineError
 from kalypso.engine.vllm_server import VLLMServer
 from kalypso.engine.vllm_settings import VLLMSettings, calibration_key
 
@@ -154,3 +156,49 @@ async def test_engines_keep_vllms_choice_when_told_or_too_many(
     monkeypatch.setattr(open_module, "_vllm_runs_on_cpu", lambda: False)  # a GPU build
     await open_engines(EngineSpec(kind="vllm"), 2)
     assert _cores(opened) == [None, (2,), (2,), *[None] * (2 + 4 + 2 + 2)]
+
+
+@pytest.mark.parametrize(
+    ("text", "cores"), [("0", (0,)), ("2-3", (2, 3)), (" 0, 2-4 ", (0, 2, 3, 4)), ("5-5", (5,))]
+)
+def test_cores_are_read_as_ids_and_ranges(text: str, cores: tuple[int, ...]) -> None:
+    assert parse_cores(text) == cores
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "ids and ranges"),
+        ("0,", "ids and ranges"),
+        ("a", "ids and ranges"),
+        ("-1", "ids and ranges"),
+        ("1-", "ids and ranges"),
+        ("3-1", "runs backwards"),
+        ("0,0-1", "names a core twice"),
+    ],
+)
+def test_bad_cores_are_refused(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_cores(text)
+
+
+def test_engine_serve_starts_its_server_on_the_cores_given(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started: list[VLLMSettings] = []
+
+    def start(settings: VLLMSettings, **kwargs: Any) -> None:
+        started.append(settings)
+        raise EngineError("stopped here")
+
+    monkeypatch.setattr(VLLMServer, "start", start)
+    last = max(os.sched_getaffinity(0))
+    assert cli_main(["engine", "serve", "--cpu-cores", str(last)]) == 2
+    assert cli_main(["engine", "serve"]) == 2
+    assert [s.cpu_cores for s in started] == [(last,), None]
+    for bad, message in [("x", "ids and ranges"), (str(last + 1), "not among this process")]:
+        with pytest.raises(SystemExit) as exited:
+            cli_main(["engine", "serve", "--cpu-cores", bad])
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err
+    assert len(started) == 2  # refused before a server starts

@@ -47,6 +47,28 @@ def core_slices(count: int, cores: Sequence[int] | None = None) -> list[tuple[in
     return slices
 
 
+def parse_cores(text: str) -> tuple[int, ...]:
+    """Cores written as a command line takes them: ids and inclusive ranges separated by
+    commas (``"0,2-3"`` is cores 0, 2 and 3), in order.
+
+    Raises:
+        ValueError: an empty item, a part that is not a core id, a range that runs
+            backwards, or a core named twice.
+    """
+    cores: list[int] = []
+    for item in text.split(","):
+        first, dash, last = item.strip().partition("-")
+        if not first.strip().isdigit() or (dash and not last.strip().isdigit()):
+            raise ValueError(f"cores must be ids and ranges such as 0,2-3, got {text!r}")
+        low, high = int(first), int(last) if dash else int(first)
+        if high < low:
+            raise ValueError(f"the range {item.strip()!r} runs backwards")
+        cores.extend(range(low, high + 1))
+    if len(set(cores)) != len(cores):
+        raise ValueError(f"{text!r} names a core twice")
+    return tuple(cores)
+
+
 def bind_value(cores: Sequence[int]) -> str:
     """``cores`` as vLLM's binding variable writes them (``"0,1,2"``)."""
     return ",".join(map(str, cores))
