@@ -458,6 +458,7 @@ def _verdicts(records: Sequence[Record], grid: str) -> dict[tuple[str, int, str]
     return {
         (v.cell.workload, v.cell.kv_tokens, v.cell.profile): v
         for v in verdicts([r for r in records if r["grid"] == grid])
+        if v.cell.default_limits
     }
 
 

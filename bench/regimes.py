@@ -41,7 +41,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,9 @@ PROFILES = {
 }
 BLOCK_SIZE_TOKENS = 16
 MAX_NUM_SEQS = 256
+MAX_STEP_TOKENS = 2048
+"""The engines' batch limits: vLLM's defaults for a server on GPUs other than an 80 GB
+H100 or H200 (there: 1024 sequences and 8192 tokens, ``--engine-limits 1024,8192``)."""
 RELATIONAL_KV_TOKENS = (581_700, 233_800, 117_800)
 WORKFLOW_KV_TOKENS = (352_000, 176_000, 88_000)
 """The Qwen3-8B profile's full cache, half and a quarter."""
@@ -83,6 +86,13 @@ class Cell:
     profile: str
     workload: str
     kv_tokens: int
+    max_num_seqs: int = MAX_NUM_SEQS
+    max_step_tokens: int = MAX_STEP_TOKENS
+
+    @property
+    def default_limits(self) -> bool:
+        """Whether the engines run with :data:`MAX_NUM_SEQS` and :data:`MAX_STEP_TOKENS`."""
+        return (self.max_num_seqs, self.max_step_tokens) == (MAX_NUM_SEQS, MAX_STEP_TOKENS)
 
     @property
     def systems(self) -> list[str]:
@@ -100,8 +110,20 @@ class Cell:
         return PROFILES[self.profile]["relational" if self.grid == "relational" else "workflows"]
 
 
-def cells(grids: Sequence[str], profiles: Sequence[str]) -> list[Cell]:
-    """Every cell of ``grids`` under ``profiles``, the slowest grids first."""
+def cells(
+    grids: Sequence[str],
+    profiles: Sequence[str],
+    limits: tuple[int, int] = (MAX_NUM_SEQS, MAX_STEP_TOKENS),
+) -> list[Cell]:
+    """Every cell of ``grids`` under ``profiles``, the slowest grids first, with the
+    engines' ``limits`` (sequences, tokens a step)."""
+    return [
+        replace(cell, max_num_seqs=limits[0], max_step_tokens=limits[1])
+        for cell in _cells(grids, profiles)
+    ]
+
+
+def _cells(grids: Sequence[str], profiles: Sequence[str]) -> list[Cell]:
     out = []
     for profile in profiles:
         for grid in grids:
@@ -157,7 +179,8 @@ def _engine(cell: Cell, output_tokens: int | None = None) -> SimEngine:
         num_blocks=blocks,
         block_size_tokens=BLOCK_SIZE_TOKENS,
         max_model_len_tokens=context,
-        max_num_seqs=MAX_NUM_SEQS,
+        max_num_seqs=cell.max_num_seqs,
+        max_num_batched_tokens=cell.max_step_tokens,
         outputs=outputs,
     )
 
@@ -381,6 +404,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--kv-tokens", default="", help="only these KV sizes in tokens, comma-separated"
     )
+    parser.add_argument(
+        "--engine-limits",
+        default=f"{MAX_NUM_SEQS},{MAX_STEP_TOKENS}",
+        help="the engines' sequences and tokens a step (default %(default)s; vLLM's own on"
+        " an 80 GB H100: 1024,8192); other limits want an --out of their own",
+    )
     parser.add_argument("--workers", type=int, default=2, help="cells run in parallel")
     parser.add_argument("--out", type=Path, default=Path("bench/results/regimes-sim.json"))
     parser.add_argument(
@@ -400,7 +429,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown grids or profiles {unknown}, or --workers below 1")
     try:
         sizes = [int(k) for k in args.kv_tokens.split(",") if k]
-        todo = chosen(cells(grids, profiles), [w for w in args.workloads.split(",") if w], sizes)
+        seqs, tokens = (int(n) for n in args.engine_limits.split(","))
+        if min(seqs, tokens) < 1:
+            raise ValueError("--engine-limits must be two numbers >= 1")
+        todo = chosen(
+            cells(grids, profiles, (seqs, tokens)),
+            [w for w in args.workloads.split(",") if w],
+            sizes,
+        )
     except ValueError as exc:
         parser.error(str(exc))
     label = stamp()
@@ -424,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{where}: FAILED: {exc!r}", flush=True)
                 continue
             records += rows
-            records.sort(key=lambda r: order[_cell_of(r)])
+            records.sort(key=lambda r: _position(_cell_of(r), order))
             args.out.write_text(json.dumps(records, indent=1) + "\n")  # kept as it grows
             times = ", ".join(f"{r['system']} {r['time_s']:.1f}" for r in rows)
             print(f"{where}: {times}", flush=True)
@@ -449,8 +485,22 @@ def _kept_records(out: Path, todo: set[Cell]) -> list[dict[str, Any]]:
     return kept
 
 
+def _position(cell: Cell, order: dict[Cell, int]) -> tuple[int, int, int]:
+    """Where ``cell``'s records go in a file: by grid, profile, workload and size, then by
+    the engines' limits."""
+    grid_cell = replace(cell, max_num_seqs=MAX_NUM_SEQS, max_step_tokens=MAX_STEP_TOKENS)
+    return order[grid_cell], cell.max_num_seqs, cell.max_step_tokens
+
+
 def _cell_of(record: dict[str, Any]) -> Cell:
-    return Cell(record["grid"], record["profile"], record["workload"], record["kv_tokens"])
+    return Cell(
+        record["grid"],
+        record["profile"],
+        record["workload"],
+        record["kv_tokens"],
+        record.get("max_num_seqs", MAX_NUM_SEQS),
+        record.get("max_step_tokens", MAX_STEP_TOKENS),
+    )
 
 
 if __name__ == "__main__":

@@ -64,7 +64,14 @@ def _add_engine_options(parser: argparse.ArgumentParser, kv_default: int) -> Non
         default=kv_default,
         help="KV cache size, e.g. 64MiB (default %(default)s bytes)",
     )
-    parser.add_argument("--max-num-seqs", type=int, default=32)
+    parser.add_argument("--max-num-seqs", type=_at_least_one, default=32)
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=_at_least_one,
+        default=VLLMSettings.max_num_batched_tokens,
+        help="tokens an engine step computes (default %(default)s; vLLM's own on an 80 GB"
+        " H100 server: 8192)",
+    )
     parser.add_argument(
         "--cpu-cores",
         type=_cores,
@@ -72,6 +79,12 @@ def _add_engine_options(parser: argparse.ArgumentParser, kv_default: int) -> Non
         help="vLLM for CPU: the cores the engine computes on, e.g. 0-3 or 0,2 (default:"
         " vLLM's choice, the same cores for every engine of the host)",
     )
+
+
+def _at_least_one(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
 
 
 def _cores(text: str) -> tuple[int, ...]:
@@ -89,6 +102,7 @@ def _settings(args: argparse.Namespace) -> VLLMSettings:
         model=args.model,
         kv_cache_bytes=args.kv_cache_bytes,
         max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
         cpu_cores=args.cpu_cores,
     )
 

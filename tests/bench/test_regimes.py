@@ -38,3 +38,20 @@ def test_a_run_of_chosen_cells_runs_those_and_refuses_a_cell_no_grid_has() -> No
     assert len(chosen(grid, ["debate:P6"], [])) == 3
     with pytest.raises(ValueError, match="debate:P7, 99"):
         chosen(grid, ["debate:P7"], [99])
+
+
+def test_cells_under_other_engine_limits_are_cells_of_their_own() -> None:
+    from bench.regimes import _cell_of, _engine
+
+    wide = cells(["shapes"], ["gpu"], (1024, 8192))
+    assert [(c.max_num_seqs, c.max_step_tokens) for c in wide] == [(1024, 8192)] * len(wide)
+    assert not wide[0].default_limits and cells(["shapes"], ["gpu"])[0].default_limits
+    default = Cell("shapes", "gpu", "mapred:P3", 88_000)
+    record = {**_record(default, "kalypso"), "max_num_seqs": 1024, "max_step_tokens": 8192}
+    assert _cell_of(_record(default, "kalypso")) == default  # older records: the defaults
+    assert _cell_of(record) == Cell("shapes", "gpu", "mapred:P3", 88_000, 1024, 8192)
+    engine = _engine(_cell_of(record))
+    assert (engine.capacity.max_running_requests, engine.cost_model.max_step_tokens) == (
+        1024,
+        8192,
+    )

@@ -182,7 +182,7 @@ def test_bad_cores_are_refused(text: str, message: str) -> None:
         parse_cores(text)
 
 
-def test_engine_serve_starts_its_server_on_the_cores_given(
+def test_engine_serve_starts_its_server_with_the_cores_and_budget_given(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     started: list[VLLMSettings] = []
@@ -194,11 +194,19 @@ def test_engine_serve_starts_its_server_on_the_cores_given(
     monkeypatch.setattr(VLLMServer, "start", start)
     last = max(os.sched_getaffinity(0))
     assert cli_main(["engine", "serve", "--cpu-cores", str(last)]) == 2
-    assert cli_main(["engine", "serve"]) == 2
-    assert [s.cpu_cores for s in started] == [(last,), None]
-    for bad, message in [("x", "ids and ranges"), (str(last + 1), "not among this process")]:
+    assert cli_main(["engine", "serve", "--max-num-batched-tokens", "8192"]) == 2
+    assert [(s.cpu_cores, s.max_num_batched_tokens) for s in started] == [
+        ((last,), 2048),
+        (None, 8192),
+    ]
+    for flag, bad, message in [
+        ("--cpu-cores", "x", "ids and ranges"),
+        ("--cpu-cores", str(last + 1), "not among this process"),
+        ("--max-num-batched-tokens", "0", "a whole number >= 1"),
+        ("--max-num-seqs", "-3", "a whole number >= 1"),
+    ]:
         with pytest.raises(SystemExit) as exited:
-            cli_main(["engine", "serve", "--cpu-cores", bad])
+            cli_main(["engine", "serve", flag, bad])
         assert exited.value.code == 2
         assert message in capsys.readouterr().err
     assert len(started) == 2  # refused before a server starts

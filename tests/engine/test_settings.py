@@ -188,3 +188,5 @@ def test_settings_refuse_no_running_requests() -> None:
     0 is refused here, before a server is started, not by vLLM after it."""
     with pytest.raises(ValueError, match="max_num_seqs must be >= 1, got 0"):
         VLLMSettings(max_num_seqs=0)
+    with pytest.raises(ValueError, match="max_num_batched_tokens must be >= 1, got 0"):
+        VLLMSettings(max_num_batched_tokens=0)

@@ -114,6 +114,10 @@ class VLLMSettings:
             raise ValueError(f"default_timeout_s must be > 0, got {self.default_timeout_s}")
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(
+                f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}"
+            )
         if self.cpu_cores is not None and (
             not self.cpu_cores
             or min(self.cpu_cores) < 0
