@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.regimes import Verdict, verdicts
+from bench.replicas import MAX_NUM_SEQS, MAX_STEP_TOKENS
 
 RESULTS = Path("bench/results")
 PAGE = Path("BENCHMARKS.md")
@@ -99,7 +100,12 @@ def replicas(results: Path) -> str:
     routers' times and every placement's prefill over the one-engine minimum; whether
     every table equalled the one-engine run's. Then other chunkings, and two real CPU
     replicas against one."""
-    records = REPLICAS.records(results)
+    records = [  # other engines' limits (bench.replicas --engine-limits) are not this table's
+        r
+        for r in REPLICAS.records(results)
+        if (r.get("max_num_seqs", MAX_NUM_SEQS), r.get("max_step_tokens", MAX_STEP_TOKENS))
+        == (MAX_NUM_SEQS, MAX_STEP_TOKENS)
+    ]
     counts = sorted({r["replicas"] for r in records})
     rows = []
     other: list[list[str]] = []

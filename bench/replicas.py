@@ -57,7 +57,17 @@ BATCH_FILES = {
 """Batch files (``batch:NAME``): documents each asked several questions, shuffled."""
 
 
-def engines(profile: str, count: int, kv_fraction: float) -> tuple[list[SimEngine], SharedClock]:
+MAX_NUM_SEQS = 256
+MAX_STEP_TOKENS = 2048
+"""The simulated engines' batch limits (vLLM's on GPUs smaller than an 80 GB H100)."""
+
+
+def engines(
+    profile: str,
+    count: int,
+    kv_fraction: float,
+    limits: tuple[int, int] = (MAX_NUM_SEQS, MAX_STEP_TOKENS),
+) -> tuple[list[SimEngine], SharedClock]:
     blocks = max(1, int(get_profile(profile).capacity.num_blocks * kv_fraction))
     clock = SharedClock()
     # one tokenizer: a router sends a prompt encoded by one engine's to any other, and the
@@ -72,6 +82,8 @@ def engines(profile: str, count: int, kv_fraction: float) -> tuple[list[SimEngin
             clock=clock,
             tokenizer=tokenizer,
             continuations=continuations,
+            max_num_seqs=limits[0],
+            max_num_batched_tokens=limits[1],
         )
         for _ in range(count)
     ]
@@ -182,9 +194,10 @@ async def run_cell(
     router: str,
     kv_fraction: float,
     replica_options: dict[str, Any] | None = None,
+    limits: tuple[int, int] = (MAX_NUM_SEQS, MAX_STEP_TOKENS),
 ) -> tuple[Outcome, float, list[SimEngine]]:
     """One cell: the outcome, the virtual seconds, the engines."""
-    sims, clock = engines(profile, count, kv_fraction)
+    sims, clock = engines(profile, count, kv_fraction, limits)
     target: Any
     if router == "kalypso":
         target = sims[0] if count == 1 else ReplicaSet(sims, **(replica_options or {}))
@@ -212,7 +225,9 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         label = f"{name} ({args.scale}" + (f", {args.rows:,} rows)" if args.rows else ")")
         for profile in args.profiles:
             for kv_fraction in args.kv_fractions:
-                one, one_s, (first,) = await run_cell(job, profile, 1, "kalypso", kv_fraction)
+                one, one_s, (first,) = await run_cell(
+                    job, profile, 1, "kalypso", kv_fraction, limits=args.engine_limits
+                )
                 model = first.cost_model
                 for count in args.replicas:
                     for router in args.routers:
@@ -235,6 +250,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                                     "chunks_in_flight": args.chunks_in_flight,
                                     "chunk_divisor": args.chunk_divisor,
                                 },
+                                args.engine_limits,
                             )
                         busy = [sim.busy_s for sim in sims] or [seconds]
                         share_least_s = one.share_least_s(model, count)
@@ -259,6 +275,8 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                             "share_least_s": round(share_least_s, 3),
                             "most_efficiency": round(one_s / share_least_s / count, 3),
                             "same_result": result.frame.equals(one.frame),
+                            "max_num_seqs": args.engine_limits[0],
+                            "max_step_tokens": args.engine_limits[1],
                             "wall_s": round(time.monotonic() - started, 1),
                             "date": stamp.date,
                             "commit": stamp.commit,
@@ -336,6 +354,14 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda s: [float(x) for x in s.split(",")],
         default=[1.0, 0.25],
         help="each engine's KV capacity, as fractions of the profile's",
+    )
+    parser.add_argument(
+        "--engine-limits",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=(MAX_NUM_SEQS, MAX_STEP_TOKENS),
+        help=f"each engine's sequences and tokens a step (default {MAX_NUM_SEQS},"
+        f"{MAX_STEP_TOKENS}; vLLM's own on an 80 GB H100: 1024,8192); the page shows the"
+        " default's records only",
     )
     parser.add_argument("--chunks-in-flight", type=int, default=1)
     parser.add_argument("--chunk-divisor", type=float, default=1.0)

@@ -63,3 +63,17 @@ def test_the_front_pages_are_short_and_describe_the_software() -> None:
     for text in docs:
         for line in text.splitlines():
             assert not re.search(r"\bsessions?\b", line, re.I) or "HTTP" in line, line
+
+
+def test_records_under_other_engine_limits_leave_the_replica_table_alone(tmp_path: Path) -> None:
+    from bench.page import replicas
+
+    for source in ("replicas-sim.json", "replicas-cpu-epyc-avx512.json"):
+        (tmp_path / source).write_text((RESULTS / source).read_text())
+    records = json.loads((tmp_path / "replicas-sim.json").read_text())
+    faster = {**records[-1], "time_s": 0.123}
+    (tmp_path / "replicas-sim.json").write_text(json.dumps([*records, faster]))
+    assert replicas(tmp_path) != replicas(RESULTS)  # a later record of a cell shows
+    wide = {**faster, "max_num_seqs": 1024, "max_step_tokens": 8192}
+    (tmp_path / "replicas-sim.json").write_text(json.dumps([*records, wide]))
+    assert replicas(tmp_path) == replicas(RESULTS)
