@@ -28,6 +28,12 @@ REPO = Path(__file__).resolve().parents[2]
 ROWS = 600
 
 
+STARTUP_S = 240.0
+"""How long a ``kalypso serve`` process may take to answer: it imports the job server and
+opens its database, which took over a minute on a 2-core host running the suite's
+engine streams beside it."""
+
+
 class ServerProcess:
     """``kalypso serve`` on the simulator in a process of its own."""
 
@@ -60,7 +66,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STARTUP_S
         while True:
             assert self.process.poll() is None, f"the server exited; see {log}"
             try:
