@@ -35,7 +35,7 @@ from kalypso.core.errors import PlanError, QueryError
 from kalypso.core.replicas import ReplicaSetError
 from kalypso.engine.cost_model import CostModel
 from kalypso.engine.cpu_cores import checked_bind_value, parse_cores
-from kalypso.engine.open import EngineFlagsError, parse_size_bytes
+from kalypso.engine.open import EngineFlagsError, add_vllm_limits, parse_size_bytes
 from kalypso.engine.protocol import EngineError
 from kalypso.engine.quiet import output_to
 from kalypso.engine.vllm_server import DEFAULT_STARTUP_TIMEOUT_S, VLLMServer
@@ -64,14 +64,7 @@ def _add_engine_options(parser: argparse.ArgumentParser, kv_default: int) -> Non
         default=kv_default,
         help="KV cache size, e.g. 64MiB (default %(default)s bytes)",
     )
-    parser.add_argument("--max-num-seqs", type=_at_least_one, default=32)
-    parser.add_argument(
-        "--max-num-batched-tokens",
-        type=_at_least_one,
-        default=VLLMSettings.max_num_batched_tokens,
-        help="tokens an engine step computes (default %(default)s; vLLM's own on an 80 GB"
-        " H100 server: 8192)",
-    )
+    add_vllm_limits(parser)
     parser.add_argument(
         "--cpu-cores",
         type=_cores,
@@ -79,12 +72,6 @@ def _add_engine_options(parser: argparse.ArgumentParser, kv_default: int) -> Non
         help="vLLM for CPU: the cores the engine computes on, e.g. 0-3 or 0,2 (default:"
         " vLLM's choice, the same cores for every engine of the host)",
     )
-
-
-def _at_least_one(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return int(text)
 
 
 def _cores(text: str) -> tuple[int, ...]:

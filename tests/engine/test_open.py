@@ -78,3 +78,28 @@ def test_a_size_reads_with_or_without_a_unit(text: str, size: int) -> None:
 def test_a_bad_size_is_refused_with_a_hint(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="try 64MiB"):
         parse_size_bytes(text)
+
+
+def test_the_run_commands_choose_the_vllm_model_and_its_batch_limits() -> None:
+    from kalypso.engine.open import add_engine_arguments, engine_spec
+
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser, replicas=True)
+    default = engine_spec(parser.parse_args([])).settings
+    assert (default.model, default.max_num_seqs, default.max_num_batched_tokens) == (
+        "bundled",
+        32,
+        2048,
+    )
+    flags = ["--model", "/models/Qwen3-8B", "--max-num-seqs", "1024"]
+    chosen = engine_spec(parser.parse_args([*flags, "--max-num-batched-tokens", "8192"]))
+    assert chosen.settings.model == "/models/Qwen3-8B"
+    assert (chosen.settings.max_num_seqs, chosen.settings.max_num_batched_tokens) == (1024, 8192)
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "1.5", "many", ""])
+def test_a_bad_count_is_refused(text: str) -> None:
+    from kalypso.engine.open import parse_count
+
+    with pytest.raises(argparse.ArgumentTypeError, match="a whole number >= 1"):
+        parse_count(text)

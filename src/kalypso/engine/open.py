@@ -20,7 +20,7 @@ from kalypso.engine.cpu_cores import VLLM_CPU_BIND_ENV, allowed_cores, bind_valu
 from kalypso.engine.protocol import Engine, EngineError
 from kalypso.engine.quiet import output_to
 from kalypso.engine.vllm_settings import DEFAULT_KV_CACHE_BYTES, VLLMSettings, calibration_key
-from kalypso.models import resolve_model
+from kalypso.models import BUNDLED_MODEL_NAME, resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +297,38 @@ def parse_size_bytes(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (try 64MiB)") from None
 
 
+def parse_count(text: str) -> int:
+    """A command line's whole number of at least 1 (sequences, tokens a step).
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse prints the message as given).
+    """
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+def add_vllm_limits(parser: argparse.ArgumentParser) -> None:
+    """``--max-num-seqs`` and ``--max-num-batched-tokens``: the vLLM engine's batch
+    limits, which Kalypso passes explicitly (its defaults suit 2 CPU cores; on a GPU give
+    vLLM's own for the device, docs/engines.md)."""
+    defaults = VLLMSettings()
+    parser.add_argument(
+        "--max-num-seqs",
+        type=parse_count,
+        default=defaults.max_num_seqs,
+        help="vLLM: most requests running at once (default %(default)s; vLLM's own on an"
+        " 80 GB H100: 1024)",
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=parse_count,
+        default=defaults.max_num_batched_tokens,
+        help="vLLM: tokens an engine step computes (default %(default)s; vLLM's own on an"
+        " 80 GB H100 server: 8192)",
+    )
+
+
 def add_engine_arguments(parser: argparse.ArgumentParser, *, replicas: bool = False) -> None:
     """The flags that choose an engine, for commands that run on one (``kalypso workflow
     run``, ``kalypso batch run``); :func:`engine_spec` reads them. With ``replicas``,
@@ -322,6 +354,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, replicas: bool = Fa
         )
     parser.add_argument("--sim-profile", default="qwen3-8b-h100")
     parser.add_argument(
+        "--model",
+        default=BUNDLED_MODEL_NAME,
+        help="vLLM started here (--engine vllm, or http without --url): 'bundled' (default),"
+        " a local model folder or a Hugging Face id",
+    )
+    add_vllm_limits(parser)
+    parser.add_argument(
         "--kv-cache-bytes",
         type=parse_size_bytes,
         default=DEFAULT_KV_CACHE_BYTES,
@@ -334,7 +373,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, replicas: bool = Fa
 def engine_spec(args: argparse.Namespace) -> EngineSpec:
     """The engine :func:`add_engine_arguments`' flags chose."""
     settings = VLLMSettings(
+        model=args.model,
         kv_cache_bytes=args.kv_cache_bytes,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
         block_size_tokens=args.block_size,
         deterministic=args.deterministic,
     )
