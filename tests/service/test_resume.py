@@ -66,6 +66,13 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        try:
+            self._wait_until_it_answers(log)
+        except BaseException:
+            self.kill()  # not yet in the fixture's list: stop it here, even on failure
+            raise
+
+    def _wait_until_it_answers(self, log: Path) -> None:
         deadline = time.monotonic() + STARTUP_S
         while True:
             assert self.process.poll() is None, f"the server exited; see {log}"
@@ -141,3 +148,20 @@ def test_kill_9_mid_job_then_restart_resumes_without_repeating_calls(
         second.kill(signal.SIGTERM)
     finally:
         database.close()
+
+
+def test_a_server_that_does_not_answer_in_time_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[subprocess.Popen[bytes]] = []
+    popen = subprocess.Popen
+
+    def recorded(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        started.append(popen(*args, **kwargs))  # type: ignore[call-overload]
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", recorded)
+    monkeypatch.setattr(sys.modules[__name__], "STARTUP_S", 0.0)
+    with pytest.raises(AssertionError, match="did not start"):
+        ServerProcess(database_url(tmp_path), tmp_path / "server.log", 1)
+    assert len(started) == 1 and started[0].poll() is not None  # killed, not left running
