@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.regimes import Verdict, verdicts
-from bench.replicas import MAX_NUM_SEQS, MAX_STEP_TOKENS
+from bench.regimes import DEFAULT_LIMITS, Verdict, verdicts
 
 RESULTS = Path("bench/results")
 PAGE = Path("BENCHMARKS.md")
@@ -103,8 +102,8 @@ def replicas(results: Path) -> str:
     records = [  # other engines' limits (bench.replicas --engine-limits) are not this table's
         r
         for r in REPLICAS.records(results)
-        if (r.get("max_num_seqs", MAX_NUM_SEQS), r.get("max_step_tokens", MAX_STEP_TOKENS))
-        == (MAX_NUM_SEQS, MAX_STEP_TOKENS)
+        if (r.get("max_num_seqs", DEFAULT_LIMITS[0]), r.get("max_step_tokens", DEFAULT_LIMITS[1]))
+        == DEFAULT_LIMITS
     ]
     counts = sorted({r["replicas"] for r in records})
     rows = []

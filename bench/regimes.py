@@ -58,6 +58,21 @@ MAX_NUM_SEQS = 256
 MAX_STEP_TOKENS = 2048
 """The engines' batch limits: vLLM's defaults for a server on GPUs other than an 80 GB
 H100 or H200 (there: 1024 sequences and 8192 tokens, ``--engine-limits 1024,8192``)."""
+DEFAULT_LIMITS = (MAX_NUM_SEQS, MAX_STEP_TOKENS)
+
+
+def parse_engine_limits(text: str) -> tuple[int, int]:
+    """``--engine-limits SEQS,TOKENS`` (``bench.regimes``, ``bench.replicas``).
+
+    Raises:
+        argparse.ArgumentTypeError: not two whole numbers of at least 1.
+    """
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise argparse.ArgumentTypeError(f"want two numbers >= 1 (SEQS,TOKENS), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
 RELATIONAL_KV_TOKENS = (581_700, 233_800, 117_800)
 WORKFLOW_KV_TOKENS = (352_000, 176_000, 88_000)
 """The Qwen3-8B profile's full cache, half and a quarter."""
@@ -92,7 +107,7 @@ class Cell:
     @property
     def default_limits(self) -> bool:
         """Whether the engines run with :data:`MAX_NUM_SEQS` and :data:`MAX_STEP_TOKENS`."""
-        return (self.max_num_seqs, self.max_step_tokens) == (MAX_NUM_SEQS, MAX_STEP_TOKENS)
+        return (self.max_num_seqs, self.max_step_tokens) == DEFAULT_LIMITS
 
     @property
     def systems(self) -> list[str]:
@@ -113,7 +128,7 @@ class Cell:
 def cells(
     grids: Sequence[str],
     profiles: Sequence[str],
-    limits: tuple[int, int] = (MAX_NUM_SEQS, MAX_STEP_TOKENS),
+    limits: tuple[int, int] = DEFAULT_LIMITS,
 ) -> list[Cell]:
     """Every cell of ``grids`` under ``profiles``, the slowest grids first, with the
     engines' ``limits`` (sequences, tokens a step)."""
@@ -406,9 +421,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--engine-limits",
-        default=f"{MAX_NUM_SEQS},{MAX_STEP_TOKENS}",
-        help="the engines' sequences and tokens a step (default %(default)s; vLLM's own on"
-        " an 80 GB H100: 1024,8192); other limits want an --out of their own",
+        type=parse_engine_limits,
+        default=DEFAULT_LIMITS,
+        help=f"the engines' sequences and tokens a step (default {MAX_NUM_SEQS},"
+        f"{MAX_STEP_TOKENS}; vLLM's own on an 80 GB H100: 1024,8192); other limits want an"
+        " --out of their own",
     )
     parser.add_argument("--workers", type=int, default=2, help="cells run in parallel")
     parser.add_argument("--out", type=Path, default=Path("bench/results/regimes-sim.json"))
@@ -429,11 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown grids or profiles {unknown}, or --workers below 1")
     try:
         sizes = [int(k) for k in args.kv_tokens.split(",") if k]
-        seqs, tokens = (int(n) for n in args.engine_limits.split(","))
-        if min(seqs, tokens) < 1:
-            raise ValueError("--engine-limits must be two numbers >= 1")
         todo = chosen(
-            cells(grids, profiles, (seqs, tokens)),
+            cells(grids, profiles, args.engine_limits),
             [w for w in args.workloads.split(",") if w],
             sizes,
         )

@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from bench.batch_files import BatchShape, batch_lines, write_batch
+from bench.regimes import DEFAULT_LIMITS, MAX_NUM_SEQS, MAX_STEP_TOKENS, parse_engine_limits
 from bench.stamp import run_stamp
 from bench.workloads import WORKLOADS
 from kalypso import workflow as wf
@@ -57,16 +58,11 @@ BATCH_FILES = {
 """Batch files (``batch:NAME``): documents each asked several questions, shuffled."""
 
 
-MAX_NUM_SEQS = 256
-MAX_STEP_TOKENS = 2048
-"""The simulated engines' batch limits (vLLM's on GPUs smaller than an 80 GB H100)."""
-
-
 def engines(
     profile: str,
     count: int,
     kv_fraction: float,
-    limits: tuple[int, int] = (MAX_NUM_SEQS, MAX_STEP_TOKENS),
+    limits: tuple[int, int] = DEFAULT_LIMITS,
 ) -> tuple[list[SimEngine], SharedClock]:
     blocks = max(1, int(get_profile(profile).capacity.num_blocks * kv_fraction))
     clock = SharedClock()
@@ -194,7 +190,7 @@ async def run_cell(
     router: str,
     kv_fraction: float,
     replica_options: dict[str, Any] | None = None,
-    limits: tuple[int, int] = (MAX_NUM_SEQS, MAX_STEP_TOKENS),
+    limits: tuple[int, int] = DEFAULT_LIMITS,
 ) -> tuple[Outcome, float, list[SimEngine]]:
     """One cell: the outcome, the virtual seconds, the engines."""
     sims, clock = engines(profile, count, kv_fraction, limits)
@@ -357,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--engine-limits",
-        type=lambda s: tuple(int(x) for x in s.split(",")),
-        default=(MAX_NUM_SEQS, MAX_STEP_TOKENS),
+        type=parse_engine_limits,
+        default=DEFAULT_LIMITS,
         help=f"each engine's sequences and tokens a step (default {MAX_NUM_SEQS},"
         f"{MAX_STEP_TOKENS}; vLLM's own on an 80 GB H100: 1024,8192); the page shows the"
         " default's records only",
