@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from kalypso.engine.cost_fit import fit_nonnegative
+from kalypso.engine.cost_model import CostModel
 
 KINDS = ("prefill", "mixed", "decode")
 
@@ -103,6 +104,12 @@ class StepCost:
         """
         best = fit_nonnegative(*_design(steps, seconds))
         return cls(float(best[0]), float(best[1]), float(best[2]), float(best[3]))
+
+    @classmethod
+    def of_model(cls, model: CostModel) -> StepCost:
+        """An engine's own cost model as a step cost: its step, prefill token and decoding
+        sequence (a decode token) parts, no attention part (the simulator prices none)."""
+        return cls(model.step_s, model.prefill_token_s, model.decode_seq_s, 0.0)
 
     def parts_s(self, steps: Sequence[dict[str, float]]) -> dict[str, float]:
         """The seconds this cost gives ``steps``, by part: ``steps``, ``prefill tokens``,

@@ -46,6 +46,8 @@ import numpy as np
 
 from bench.engine_steps import StepCost, load_runs
 from bench.workflow_bench import run_name
+from kalypso.engine.protocol import EngineCapacity
+from kalypso.workflow.run import WorkflowResult
 
 REFERENCE = "kalypso"
 
@@ -91,6 +93,31 @@ class LeastWork:
             prefill_tokens=int(record["min_prefill_tokens"]),
             decode_tokens=int(record["decode_tokens"]),
             attention_pairs=int(record["min_attention_pairs"] + record["decode_attention_pairs"]),
+        )
+
+    @classmethod
+    def of_result(cls, result: WorkflowResult, capacity: EngineCapacity) -> LeastWork:
+        """From a run's result on an engine of ``capacity`` (as :meth:`of` from its record).
+
+        Raises:
+            ValueError: as :meth:`of` (an engine without a most of running requests).
+        """
+        return cls.of(
+            {
+                "workflow": "the run",
+                "system": result.policy,
+                "max_num_seqs": capacity.max_running_requests or 0,
+                "requests": result.requests,
+                "longest_chain_tokens": result.longest_chain_tokens,
+                "output_tokens": result.output_tokens,
+                "kv_blocks": capacity.num_blocks,
+                "held_block_steps": result.held_block_steps,
+                "least_decode_steps": result.least_decode_steps,
+                "min_prefill_tokens": result.min_prefill_tokens,
+                "decode_tokens": result.decode_tokens,
+                "min_attention_pairs": result.min_attention_pairs,
+                "decode_attention_pairs": result.decode_attention_pairs,
+            }
         )
 
     def parts_s(self, cost: StepCost) -> dict[str, float]:
