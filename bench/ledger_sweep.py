@@ -8,8 +8,10 @@ docs/benchmarks.md's findings on ledger sizes and windows:
 A system is any of :mod:`bench.workflow_bench`'s (``kalypso:N`` fixes the instance
 window at N queries), with ``@F`` for a ledger of F times the cache
 (``RunOptions.kv_overcommit``). Each run gets a fresh engine of the cell's cache and the
-GPU profile (``--profile cpu``: the CPU's step costs). Prints one line per run and, with
-``--out``, writes the records (date, commit, host).
+GPU profile (``--profile cpu``: the CPU's step costs; ``--admission known-lengths``: an
+engine that knows every output's length and never admits what it would preempt,
+:mod:`kalypso.engine.sim.admission`). Prints one line per run and, with ``--out``, writes
+the records (date, commit, host).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bench.regimes import PROFILES, Cell, _engine
 from bench.shapes import SHAPES, shaped
 from bench.stamp import run_stamp
 from bench.workflow_bench import is_system, run_system, system_options
+from kalypso.engine.sim.admission import ADMISSIONS
 
 
 def parse_cell(text: str, profile: str) -> Cell:
@@ -56,15 +59,16 @@ def parse_system(text: str) -> tuple[str, float | None]:
 
 
 async def sweep(
-    cells: Sequence[Cell], systems: Sequence[tuple[str, float | None]]
+    cells: Sequence[Cell], systems: Sequence[tuple[str, float | None]], admission: str = "vllm"
 ) -> list[dict[str, Any]]:
-    """Every system on every cell, each on a fresh engine: one record per run."""
+    """Every system on every cell, each on a fresh engine admitting by ``admission``
+    (:mod:`kalypso.engine.sim.admission`): one record per run."""
     records = []
     for cell in cells:
         name, shape = cell.workload.split(":")
         job = shaped(name, SHAPES[shape])
         for system, factor in systems:
-            engine = _engine(cell, SHAPES[shape].output_tokens)
+            engine = _engine(cell, SHAPES[shape].output_tokens, admission)
             try:
                 run = await run_system(engine, job, system, kv_overcommit=factor)
             finally:
@@ -75,6 +79,7 @@ async def sweep(
                 "kv_tokens": cell.kv_tokens,
                 "system": system,
                 "kv_overcommit": factor,
+                "admission": admission,
                 "time_s": round(run.elapsed_s, 3),
                 "prefill_tokens": run.result.prefill_tokens,
                 "min_prefill_tokens": run.result.min_prefill_tokens,
@@ -96,6 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cells", required=True, help="WORKFLOW:SHAPE:KV_TOKENS, comma-separated")
     parser.add_argument("--systems", required=True, help="SYSTEM or SYSTEM@F, comma-separated")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="gpu")
+    parser.add_argument(
+        "--admission",
+        choices=ADMISSIONS,
+        default="vllm",
+        help="the engines' admission: vLLM's, or a what-if that knows every output's length",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -104,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     stamp = asdict(run_stamp())  # the code and host as the runs start
-    records = asyncio.run(sweep(cells, systems))
+    records = asyncio.run(sweep(cells, systems, args.admission))
     if args.out is not None:
         args.out.write_text(json.dumps([{**r, **stamp} for r in records], indent=1) + "\n")
     return 0

@@ -186,9 +186,10 @@ def chosen(todo: Sequence[Cell], workloads: Sequence[str], kv_tokens: Sequence[i
     ]
 
 
-def _engine(cell: Cell, output_tokens: int | None = None) -> SimEngine:
+def _engine(cell: Cell, output_tokens: int | None = None, admission: str = "vllm") -> SimEngine:
     """A fresh simulator for ``cell``: the profile's step costs, the cell's cache, and the
-    GPU profile's context on both profiles (so that a cell runs the same prompts)."""
+    GPU profile's context on both profiles (so that a cell runs the same prompts), admitting
+    requests by ``admission`` (vLLM's rule unless a study asks for another)."""
     blocks = cell.kv_tokens // BLOCK_SIZE_TOKENS
     gpu = PROFILES["gpu"]["relational" if cell.grid == "relational" else "workflows"]
     context = min(get_profile(gpu).capacity.max_model_len_tokens, blocks * BLOCK_SIZE_TOKENS)
@@ -203,6 +204,7 @@ def _engine(cell: Cell, output_tokens: int | None = None) -> SimEngine:
         max_num_seqs=cell.max_num_seqs,
         max_num_batched_tokens=cell.max_step_tokens,
         outputs=outputs,
+        admission=admission,
     )
 
 

@@ -59,3 +59,20 @@ def test_a_fixed_ledger_reaches_the_run(tmp_path: Path) -> None:
     ]
     assert records[0]["min_prefill_tokens"] == records[1]["min_prefill_tokens"] == 87_316
     assert all({"date", "commit", "host"} <= set(r) for r in records)
+
+
+def test_an_engine_that_knows_the_lengths_reaches_the_run(tmp_path: Path) -> None:
+    """The same over-committed ledger on an engine admitting by known output lengths:
+    nothing is preempted, and the admission is in the record."""
+    out = tmp_path / "sweep.json"
+    argv = ["--cells", "debate:P1:88000", "--systems", "kalypso@1.5", "--out", str(out),
+            "--admission", "known-lengths"]  # fmt: skip
+    assert ledger_sweep.main(argv) == 0
+    (record,) = json.loads(out.read_text())
+    assert (record["admission"], record["kv_overcommit"], record["preemptions"]) == (
+        "known-lengths",
+        1.5,
+        0,
+    )
+    with pytest.raises(SystemExit):
+        ledger_sweep.main([*argv[:-1], "oracle"])

@@ -88,6 +88,9 @@ class SimEngine:
         yields_per_step: event-loop turns given to callers before each step.
         waiting_order: ``"priority"`` (vLLM's default order) or ``"lspf"`` (longest cached
             prefix first, the workflow paper's LSPF baseline).
+        admission: ``"vllm"`` (vLLM's) or ``"known-lengths"``: a what-if engine that knows
+            each output's length and never admits what it would have to preempt
+            (:mod:`kalypso.engine.sim.admission`).
         default_timeout_s: wall-clock seconds a request may take when it sets no
             ``timeout_s`` (see the module docstring).
         wall_s_per_virtual_s: when above 0, each step also takes this many wall-clock
@@ -130,6 +133,7 @@ class SimEngine:
         on_kv_event: KVEventSink | None = None,
         yields_per_step: int = 8,
         waiting_order: str = "priority",
+        admission: str = "vllm",
         default_timeout_s: float = DEFAULT_TIMEOUT_S,
         wall_s_per_virtual_s: float = 0.0,
         clock: SharedClock | None = None,
@@ -156,7 +160,11 @@ class SimEngine:
         self._scheduler = Scheduler(
             KVCacheManager(self.block_pool, self._capacity.block_size_tokens),
             SchedulerConfig(
-                max_num_seqs, max_num_batched_tokens, fail_when_pinned_out, waiting_order
+                max_num_seqs,
+                max_num_batched_tokens,
+                fail_when_pinned_out,
+                waiting_order,
+                admission,
             ),
         )
         self._cost_model = self._profile.cost_model(max_num_batched_tokens, max_num_seqs)

@@ -41,6 +41,10 @@ class KVCacheManager:
     def num_blocks_held(self, request_id: str) -> int:
         return len(self._blocks.get(request_id, ()))
 
+    def blocks_of(self, request_id: str) -> tuple[KVBlock, ...]:
+        """The blocks ``request_id`` references now (its block table)."""
+        return tuple(self._blocks.get(request_id, ()))
+
     def get_computed_blocks(self, request: SimRequest) -> PrefixHit:
         """The longest run of leading full blocks already cached, capped so that at least
         the last token is computed (:func:`kalypso.engine.blocks.cache_hit_tokens`)."""

@@ -27,7 +27,9 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from kalypso.engine.sim.kv_cache_manager import KVCacheManager
+from kalypso.engine.blocks import blocks_for
+from kalypso.engine.sim.admission import ADMISSIONS, Growth, fits_at_every_step
+from kalypso.engine.sim.kv_cache_manager import KVCacheManager, PrefixHit
 from kalypso.engine.sim.request import SimRequest
 
 
@@ -45,6 +47,10 @@ class SchedulerConfig:
     """``"priority"`` (vLLM's: priority, then arrival) or ``"lspf"``: the waiting request
     with the most leading blocks in the prefix cache first (the workflow paper's LSPF
     baseline; :mod:`kalypso.engine.vllm_lspf` does the same on vLLM)."""
+    admission: str = "vllm"
+    """``"vllm"`` (a request starts when its first chunk fits now) or ``"known-lengths"``:
+    it starts only if it and the running requests fit at every future step, their output
+    lengths known (:mod:`kalypso.engine.sim.admission`, a what-if for studies)."""
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
@@ -53,6 +59,8 @@ class SchedulerConfig:
             raise ValueError(
                 f"waiting_order must be 'priority' or 'lspf', got {self.waiting_order!r}"
             )
+        if self.admission not in ADMISSIONS:
+            raise ValueError(f"admission must be one of {ADMISSIONS}, got {self.admission!r}")
 
 
 @dataclass
@@ -199,6 +207,9 @@ class Scheduler:
         return True
 
     def _admit_waiting(self, plan: StepPlan, now_s: float) -> None:
+        known = self.config.admission == "known-lengths"
+        growths = [self._growth(r) for r in self.running] if known else []
+        free_blocks = self.kv.pool.num_free_blocks
         while (
             self._waiting
             and self._budget_left(plan) > 0
@@ -206,6 +217,14 @@ class Scheduler:
         ):
             request = self._next_waiting()
             hit = self.kv.get_computed_blocks(request)
+            if known:
+                candidate = self._candidate_growth(request, hit)
+                fits = fits_at_every_step(
+                    growths, candidate, free_blocks, self.kv.block_size_tokens
+                )
+                if self.running and not fits:
+                    return
+                growths.append(candidate)
             num_new = min(request.num_tokens - hit.num_tokens, self._budget_left(plan))
             if self.kv.allocate_slots(request, num_new, hit) is None:
                 if self.running or not self.config.fail_when_pinned_out:
@@ -223,6 +242,38 @@ class Scheduler:
                 self.prefix_cache_hits_tokens += hit.num_tokens
             self.running.append(request)
             plan.add(request.request_id, num_new)
+
+    def _end_steps(self, request: SimRequest, uncomputed_tokens: int) -> int:
+        """Steps from this one until ``request`` has finished: a decoding request reveals
+        one token a step; a prompt takes a step per chunk (at most the step's budget) and
+        its last chunk reveals the first token."""
+        remaining = len(request.completion.token_ids) - request.num_output_tokens
+        if uncomputed_tokens <= 1:  # decoding: this step computes its last known token
+            return remaining
+        return blocks_for(uncomputed_tokens, self.config.max_num_batched_tokens) + remaining - 1
+
+    def _growth(self, request: SimRequest) -> Growth:
+        """A running request's future blocks, its output length known (this step's are
+        allocated already)."""
+        held = self.kv.blocks_of(request.request_id)
+        return Growth(
+            tokens=request.num_tokens,
+            held_blocks=len(held),
+            remaining_tokens=len(request.completion.token_ids) - request.num_output_tokens,
+            end_steps=self._end_steps(request, request.num_tokens - request.num_computed_tokens),
+            freed_blocks=sum(1 for block in held if block.ref_count == 1),
+        )
+
+    def _candidate_growth(self, request: SimRequest, hit: PrefixHit) -> Growth:
+        """A waiting request's future blocks if it started now: its cached blocks that
+        others reference cost nothing, the rest come from the free blocks."""
+        return Growth(
+            tokens=request.num_tokens,
+            held_blocks=sum(1 for block in hit.blocks if block.ref_count > 0),
+            remaining_tokens=len(request.completion.token_ids) - request.num_output_tokens,
+            end_steps=self._end_steps(request, request.num_tokens - hit.num_tokens),
+            freed_blocks=0,
+        )
 
     def _next_waiting(self) -> SimRequest:
         if self.config.waiting_order == "priority":
