@@ -8,16 +8,17 @@ docs/benchmarks.md's findings on ledger sizes and windows:
 A system is any of :mod:`bench.workflow_bench`'s (``kalypso:N`` fixes the instance
 window at N queries), with ``@F`` for a ledger of F times the cache
 (``RunOptions.kv_overcommit``). Each run gets a fresh engine of the cell's cache and the
-GPU profile (``--profile cpu``: the CPU's step costs; ``--admission known-lengths``: an
-engine that knows every output's length and never admits what it would preempt,
-:mod:`kalypso.engine.sim.admission`). Prints one line per run and, with ``--out``, writes
-the records (date, commit, host).
+GPU profile (``--profile cpu``: the CPU's step costs; ``--admission vllm,known-lengths``:
+each system also on an engine that knows every output's length and never admits what it
+would preempt, :mod:`kalypso.engine.sim.admission`). Prints one line per run and, with
+``--out``, writes the records (date, commit, host).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -59,15 +60,17 @@ def parse_system(text: str) -> tuple[str, float | None]:
 
 
 async def sweep(
-    cells: Sequence[Cell], systems: Sequence[tuple[str, float | None]], admission: str = "vllm"
+    cells: Sequence[Cell],
+    systems: Sequence[tuple[str, float | None]],
+    admissions: Sequence[str] = ("vllm",),
 ) -> list[dict[str, Any]]:
-    """Every system on every cell, each on a fresh engine admitting by ``admission``
-    (:mod:`kalypso.engine.sim.admission`): one record per run."""
+    """Every system on every cell, each on a fresh engine admitting by each of
+    ``admissions`` (:mod:`kalypso.engine.sim.admission`): one record per run."""
     records = []
     for cell in cells:
         name, shape = cell.workload.split(":")
         job = shaped(name, SHAPES[shape])
-        for system, factor in systems:
+        for (system, factor), admission in itertools.product(systems, admissions):
             engine = _engine(cell, SHAPES[shape].output_tokens, admission)
             try:
                 run = await run_system(engine, job, system, kv_overcommit=factor)
@@ -86,6 +89,7 @@ async def sweep(
                 "preemptions": run.preemptions,
             }
             label = system if factor is None else f"{system}@{factor:g}"
+            label += "" if admission == "vllm" else f" ({admission})"
             print(
                 f"{cell.workload} {cell.kv_tokens:>7} {label}:"
                 f" {record['time_s']:.2f} s, prefill {record['prefill_tokens']:,}"
@@ -103,19 +107,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="gpu")
     parser.add_argument(
         "--admission",
-        choices=ADMISSIONS,
         default="vllm",
-        help="the engines' admission: vLLM's, or a what-if that knows every output's length",
+        help=f"the engines' admission, comma-separated of {ADMISSIONS}: vLLM's, or a what-if"
+        " that knows every output's length (each system runs under each)",
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     try:
         cells = [parse_cell(c, args.profile) for c in args.cells.split(",")]
         systems = [parse_system(s) for s in args.systems.split(",")]
+        admissions = args.admission.split(",")
+        if unknown := set(admissions) - set(ADMISSIONS):
+            raise ValueError(f"unknown admission {sorted(unknown)}: want {ADMISSIONS}")
     except ValueError as exc:
         parser.error(str(exc))
     stamp = asdict(run_stamp())  # the code and host as the runs start
-    records = asyncio.run(sweep(cells, systems, args.admission))
+    records = asyncio.run(sweep(cells, systems, admissions))
     if args.out is not None:
         args.out.write_text(json.dumps([{**r, **stamp} for r in records], indent=1) + "\n")
     return 0

@@ -75,4 +75,4 @@ def test_an_engine_that_knows_the_lengths_reaches_the_run(tmp_path: Path) -> Non
         0,
     )
     with pytest.raises(SystemExit):
-        ledger_sweep.main([*argv[:-1], "oracle"])
+        ledger_sweep.main([*argv[:-1], "vllm,oracle"])
