@@ -30,7 +30,8 @@ cell differs between the two profiles only in what a step costs.
 A cell's figure is Kalypso's speed-up over the best baseline there (the fastest system
 that is not Kalypso's default). A workflow cell also records its *least time*
 (:func:`cell_least_s`), which no schedule of its calls beats under the profile, so the
-best baseline's time over it is the most any schedule could gain there. Records (one per
+best baseline's time over it is the most any schedule could gain there (not for a job of
+several days: the timed last day starts with the earlier days' prefixes cached). Records (one per
 system and cell) carry the date, the commit and the host; one heatmap PNG per grid and
 profile goes next to the records.
 """
@@ -260,7 +261,8 @@ async def _workflow(cell: Cell) -> list[dict[str, Any]]:
         result = run.result
         if reference is None:  # the default's run, the first
             reference = result.outputs
-            least_s = round(cell_least_s(result, engine), 3)
+            if len(job.workflows) == 1:  # a later day starts on the earlier days' cache
+                least_s = round(cell_least_s(result, engine), 3)
         rows.append(
             {
                 "time_s": round(run.elapsed_s, 3),

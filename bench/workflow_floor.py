@@ -97,7 +97,9 @@ class LeastWork:
 
     @classmethod
     def of_result(cls, result: WorkflowResult, capacity: EngineCapacity) -> LeastWork:
-        """From a run's result on an engine of ``capacity`` (as :meth:`of` from its record).
+        """From a run's result on an engine of ``capacity`` (as :meth:`of` from its record,
+        but bounding the steps by the tokens the engine fed back rather than every output:
+        a result-cache answer took no step).
 
         Raises:
             ValueError: as :meth:`of` (an engine without a most of running requests).
@@ -109,7 +111,9 @@ class LeastWork:
                 "max_num_seqs": capacity.max_running_requests or 0,
                 "requests": result.requests,
                 "longest_chain_tokens": result.longest_chain_tokens,
-                "output_tokens": result.output_tokens,
+                # the tokens the engine fed back (a result-cache answer generated none):
+                # no step feeds back more than the engine's sequences
+                "output_tokens": result.decode_tokens,
                 "kv_blocks": capacity.num_blocks,
                 "held_block_steps": result.held_block_steps,
                 "least_decode_steps": result.least_decode_steps,

@@ -86,9 +86,17 @@ def test_decode_tokens_and_pairs_are_counted_per_request() -> None:
     stats.record(_result(10, 1), continuation=False)  # the prefill step made its one token
     stats.record(_result(10, 0), continuation=False)  # nothing generated
     assert stats.decode_tokens == 4 and stats.decode_attention_pairs == 410
-    # a result-cache answer computed nothing
-    stats.record(_result(50, 9, cached_tokens=50), continuation=False, from_result_cache=True)
+    # a result-cache answer computed nothing, not even its least prefill
+    least_tokens = stats.min_prefill_tokens
+    stats.record(
+        _result(50, 9, cached_tokens=50),
+        continuation=False,
+        min_prefill_tokens=50,
+        min_attention_pairs=1275,
+        from_result_cache=True,
+    )
     assert stats.decode_tokens == 4 and stats.decode_attention_pairs == 410
+    assert (stats.min_prefill_tokens, stats.min_attention_pairs) == (least_tokens, 0)
     assert stats.output_tokens == 15
 
 

@@ -75,13 +75,14 @@ class OperatorStats:
         from_result_cache: bool = False,
     ) -> None:
         """Count one engine request (``from_result_cache``: answered by the result cache,
-        so no decode step ran for it)."""
+        so the engine computed nothing for it: no least prefill and no decode step)."""
         self.requests += 1
         if continuation:
             self.continuations += 1
             self.continued_tokens += result.output_tokens
-        self.min_prefill_tokens += min_prefill_tokens
-        self.min_attention_pairs += min_attention_pairs
+        if not from_result_cache:
+            self.min_prefill_tokens += min_prefill_tokens
+            self.min_attention_pairs += min_attention_pairs
         fed_back_tokens = 0 if from_result_cache else max(result.output_tokens - 1, 0)
         self.decode_tokens += fed_back_tokens
         self.decode_attention_pairs += attention_pairs(fed_back_tokens, result.prompt_tokens)
