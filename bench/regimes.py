@@ -31,9 +31,9 @@ A cell's figure is Kalypso's speed-up over the best baseline there (the fastest 
 that is not Kalypso's default). A workflow cell also records its *least time*
 (:func:`cell_least_s`), which no schedule of its calls beats under the profile, so the
 best baseline's time over it is the most any schedule could gain there (not for a job of
-several days: the timed last day starts with the earlier days' prefixes cached). Records (one per
-system and cell) carry the date, the commit and the host; one heatmap PNG per grid and
-profile goes next to the records.
+several days: the timed last day starts with the earlier days' prefixes cached). Records
+(one per system and cell) carry the date, the commit and the host; one heatmap PNG per
+grid and profile goes next to the records.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ query-key pairs those tokens' attention computes (:mod:`kalypso.engine.attention
 distinct full-block prefix is computed once and found by every later prompt, as vLLM's
 prefix cache would with unlimited memory and no two requests in the same step. Like vLLM,
 a hit covers whole blocks only and never the prompt's last token, which is always
-computed. A real run can compute more (eviction, requests that share a prefix computed in
-the same step), never less."""
+computed. A real run on an engine whose cache starts empty can compute more (eviction,
+requests that share a prefix computed in the same step), never less. A call the result
+cache answers computes nothing and adds nothing to the minimum."""
 
 from __future__ import annotations
 
