@@ -67,7 +67,7 @@ async def test_tradings_risk_analysts_keep_their_conversations_with_the_window()
                 *[{f"trader{t}_{who}_r{r}" for who in RISK for r in (0, 1)} for t in range(2)],
             ],
         ),
-        ("reflect", []),
+        ("reflect", [{"analyst", "extraction_critic", "calculation_critic", "final"}]),
         ("mapred", []),
     ],
 )
@@ -76,10 +76,12 @@ def test_conversation_groups_tie_each_continuation_to_what_runs_beside_it(
 ) -> None:
     """A debate's rounds are one group. A trading day has the bull and bear rounds and one
     group per trader's risk analysts, not tied to the trader's decision they all read
-    (it runs before them). Reflect's final answer waits on critics that read the
-    analyst's answer: no group."""
+    (it runs before them). Reflect's final answer continues the analysis after critics
+    that read it: a group of a loose continuation, which ``tight_only`` leaves out."""
     graph = lower(list(workload(name, "small").workflows[-1:])).graph
     assert [set(g) for g in graph.conversation_groups()] == groups
+    tight = [set(g) for g in graph.conversation_groups(tight_only=True)]
+    assert tight == ([] if name == "reflect" else groups)
 
 
 def test_a_conversation_group_is_one_inner_sequence() -> None:
@@ -136,12 +138,47 @@ def test_explain_states_the_window_and_why(
     assert line in chosen.explain()
 
 
-def test_reflect_has_no_window_its_final_answer_waits_on_the_critics() -> None:
+@pytest.mark.parametrize(
+    ("policy", "line"),
+    [
+        ("cache-aware", "instance window: none (loose continuations only: a window breaks"),
+        ("cache-aware:2", "instance window: 2 conversation groups in flight (set)"),
+    ],
+)
+def test_reflect_is_windowed_only_when_a_window_is_set(policy: str, line: str) -> None:
+    """Its final answer waits on critics that read the analysis: a loose continuation,
+    windowed only on request, and its operators keep their level-major order."""
     graph = lower(list(workload("reflect", "small").workflows)).graph
-    chosen = get_policy("cache-aware")
+    chosen = get_policy(policy)
     capacity = EngineCapacity(44, 32, 2048, 16)
-    chosen.prepare(PlanInfo(graph, [(0,)], ChatLayout(WordTokenizer()), 32, capacity))
-    assert "instance window: none (no conversation group)" in chosen.explain()
+    chosen.prepare(
+        PlanInfo(graph, [(0,)], ChatLayout(WordTokenizer()), 32, capacity, InstancePeak(11, 1))
+    )
+    assert line in chosen.explain()
+    assert isinstance(chosen, CacheAware)
+    sequences = chosen.sequence_of
+    assert sequences["analyst"] == sequences["final"] != sequences["extraction_critic"]
+
+
+async def test_a_window_set_on_reflect_at_paper_scale_computes_its_least_prefill() -> None:
+    """Reflect at the Helium paper's scale under an H100's costs: without a window every
+    query's analysis is evicted by the critics' calls before its final answer continues
+    it; with 256 queries in flight (the engine's sequences) none is, with the same
+    outputs (how much faster: docs/benchmarks.md)."""
+    job = workload("reflect", "paper")
+    runs = []
+    for policy in ("cache-aware", "cache-aware:256"):
+        engine = SimEngine("qwen3-8b-h100")
+        try:
+            runs.append(
+                await arun(job.workflows[0], engine, job.inputs[0], policy=policy, progress=False)
+            )
+        finally:
+            await engine.close()
+    auto, windowed = runs
+    assert windowed.outputs.equals(auto.outputs)
+    assert windowed.min_prefill_tokens == auto.min_prefill_tokens == 520_579
+    assert (auto.prefill_tokens, windowed.prefill_tokens) == (666_163, 520_579)
 
 
 @pytest.mark.parametrize("argument", ["0", "-1", "x", "2.5", ""])

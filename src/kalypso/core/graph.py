@@ -227,32 +227,38 @@ class TaskGraph:
             ancestors[node.node_id] = found
         return {n.node_id: ancestors[n.node_id] for n in self.nodes if isinstance(n, LLMNode)}
 
-    def tight_continuations(self) -> dict[str, str]:
-        """The LLM nodes that continue another's conversation (``continue_from``) and
-        wait for nothing that waits for it: each one's other LLM inputs can run beside the
-        call it continues (a debate's next round reads the other agents' answers), so the
-        conversation is needed again as soon as they are done. Node id -> the node it
-        continues. A reflection's final answer is not one: it waits for critics that read
-        the analyst's answer first."""
-        ancestors = self.llm_ancestors()
-        tight: dict[str, str] = {}
-        for node in self.nodes:
-            if not isinstance(node, LLMNode) or node.continue_from is None:
-                continue
-            producer = node.continue_from
-            others = ancestors[node.node_id] - {producer}
-            if not any(producer in ancestors[other] for other in others):
-                tight[node.node_id] = producer
-        return tight
+    def continuations(self) -> dict[str, str]:
+        """The LLM nodes that continue another's conversation (``continue_from``): node
+        id -> the node it continues."""
+        return {
+            node.node_id: node.continue_from
+            for node in self.nodes
+            if isinstance(node, LLMNode) and node.continue_from is not None
+        }
 
-    def conversation_groups(self) -> list[frozenset[str]]:
-        """The LLM nodes that tight continuations tie together, one set per group: each
-        tight continuation with the call it continues and its other LLM inputs that can
-        run beside that call (neither its ancestors nor it); groups that share a node are
-        one. A debate's rounds are one group; a trading desk's bull and bear rounds are
+    def tight_continuations(self) -> dict[str, str]:
+        """Of :meth:`continuations`, those that wait for nothing that waits for the call
+        they continue: each one's other LLM inputs can run beside that call (a debate's
+        next round reads the other agents' answers), so the conversation is needed again
+        as soon as they are done. A reflection's final answer is not one: it waits for
+        critics that read the analyst's answer first (a *loose* continuation)."""
+        ancestors = self.llm_ancestors()
+        return {
+            node_id: producer
+            for node_id, producer in self.continuations().items()
+            if not any(producer in ancestors[o] for o in ancestors[node_id] - {producer})
+        }
+
+    def conversation_groups(self, *, tight_only: bool = False) -> list[frozenset[str]]:
+        """The LLM nodes that continuations tie together, one set per group: each
+        continuation with the call it continues and its other LLM inputs that do not run
+        before that call (neither its ancestors nor it); groups that share a node are one.
+        A debate's rounds are one group; a trading desk's bull and bear rounds are
         another, and each trader's three risk analysts a third, since each continues its
-        own conversation and reads the other two. Ordered by each group's first node;
-        empty without tight continuations."""
+        own conversation and reads the other two. A reflection's analyst, critics and
+        final answer are a group of a loose continuation, left out with ``tight_only``
+        (:meth:`tight_continuations`). Ordered by each group's first node; empty without
+        continuations."""
         ancestors = self.llm_ancestors()
         parent: dict[str, str] = {}
 
@@ -261,7 +267,8 @@ class TaskGraph:
                 op = parent[op]
             return op
 
-        for node_id, producer in self.tight_continuations().items():
+        ties = self.tight_continuations() if tight_only else self.continuations()
+        for node_id, producer in ties.items():
             beside = ancestors[node_id] - ancestors[producer] - {producer}
             for other in (producer, *beside):
                 parent[root(other)] = root(node_id)

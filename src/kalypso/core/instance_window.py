@@ -32,7 +32,13 @@ when:
   slower with one, the same prefill).
 
 A cache-aware run uses a window only for a graph with conversation groups: without them
-no conversation waits to be continued, and the window would only cost concurrency.
+no conversation waits to be continued, and the window would only cost concurrency. A
+*loose* continuation (a reflection's final answer, which continues the analysis after
+critics that read it) forms a group too, but gets a window only when one is set
+(``cache-aware:N``): at the Helium paper's scale a window of 256 keeps Reflect's
+conversations and is 1.21x faster than none under a GPU's costs, and at the size of the
+real CPU runs every window is slower, because it breaks the sharing across queries that
+running each critic for every query in a row gives, which the time model does not price.
 """
 
 from __future__ import annotations
@@ -182,7 +188,7 @@ class InstanceWork:
             prefix once, a prefix its neighbours share (a system prompt, a document
             several questions ask about) divided among them.
         decode_tokens: the tokens its calls generate.
-        continued_tokens: the conversation tokens its tight continuations read back from
+        continued_tokens: the conversation tokens its continuations read back from
             the calls they continue, beyond what its neighbours' calls share: computed
             again when evicted meanwhile.
         call_blocks: the blocks a running call holds, shared prefixes divided as above.
@@ -223,13 +229,13 @@ def _trie_tokens(prompts: Sequence[tuple[Token, ...]]) -> int:
 def instance_work(
     calls: Sequence[CallCost],
     sites: Sequence[tuple[str, Hashable]],
-    tight: Mapping[str, str],
+    continued_from: Mapping[str, str],
     block_size_tokens: int,
 ) -> InstanceWork:
     """The mean :class:`InstanceWork` of the consecutive instances ``calls`` belong to
-    (``sites[i]`` is call ``i``'s (LLM node id, instance key); ``tight`` maps each tight
-    continuation to the node it continues:
-    :meth:`~kalypso.core.graph.TaskGraph.tight_continuations`). What a node's prompts
+    (``sites[i]`` is call ``i``'s (LLM node id, instance key); ``continued_from`` maps
+    each continuation to the node it continues:
+    :meth:`~kalypso.core.graph.TaskGraph.continuations`). What a node's prompts
     share from one instance to the next is their mean common prefix (nothing with one
     instance).
 
@@ -255,7 +261,7 @@ def instance_work(
     chain: dict[int, int] = {}
     for i, (call, (op, key)) in enumerate(zip(calls, sites, strict=True)):
         chain[i] = call.out_tokens + max((chain[p] for p in call.preds), default=0)
-        producer = tight.get(op)
+        producer = continued_from.get(op)
         if producer is not None:
             source = calls[where[(producer, key)]]
             continued += len(source.prompt) - shared[producer] + source.out_tokens

@@ -16,10 +16,11 @@ over dependent calls would pay in full. The exception is a call that continues i
 producer's query-level prefix (a debate's next round extends the same conversation): it
 joins its producer's inner sequence, ranked right behind that query's earlier calls, so
 it runs while their prefix is still cached instead of after every other query has
-pushed it out of a small cache. The calls of a conversation group
-(:meth:`~kalypso.core.graph.TaskGraph.conversation_groups`: three risk analysts, each
-continuing its own conversation and reading the other two) share one inner sequence,
-so a query's next round follows its first instead of waiting for every query's first.
+pushed it out of a small cache. The calls of a conversation group of tight
+continuations (:meth:`~kalypso.core.graph.TaskGraph.conversation_groups`: three risk
+analysts, each continuing its own conversation and reading the other two) share one
+inner sequence, so a query's next round follows its first instead of waiting for every
+query's first.
 
 At run time every ready call is ranked ``(inner sequence, query, operator)`` and
 admitted in that order while the KV ledger has room (the core's memory-aware admission
@@ -30,9 +31,11 @@ but is not ready lets the next ones through.
 When the graph has conversation groups, an instance's group starts only while fewer
 than a window of groups are in flight (:mod:`kalypso.core.instance_window`), so that
 the conversations they continue stay cached. ``cache-aware:N`` sets the window to ``N``
-groups, ``cache-aware:unbounded`` turns it off. Beside the window (or without one), the
-ledger the run admits against is sized by predicted time (:mod:`kalypso.core.ledger_size`):
-the cache's, or the calls' mean occupancy (:attr:`ledger_factor`).
+groups, ``cache-aware:unbounded`` turns it off. A group of a loose continuation only (a
+reflection's) is windowed only when the window is set, and keeps the level-major order.
+Beside the window (or without one), the ledger the run admits against is sized by
+predicted time (:mod:`kalypso.core.ledger_size`): the cache's, or the calls' mean
+occupancy (:attr:`ledger_factor`).
 """
 
 from __future__ import annotations
@@ -200,7 +203,8 @@ class CacheAware(Policy):
         self.tree = TemplatedRadixTree.of(nodes, layout)
         self.groups = graph.conversation_groups()
         self.group_of_op = {op: index for index, group in enumerate(self.groups) for op in group}
-        order, self.sequence_of = operator_order(self.tree, graph.llm_ancestors(), self.groups)
+        tied = graph.conversation_groups(tight_only=True)
+        order, self.sequence_of = operator_order(self.tree, graph.llm_ancestors(), tied)
         self.position = {op: i for i, op in enumerate(order)}
         self.choice = None
         self.window = self._window(plan, graph)
@@ -215,6 +219,12 @@ class CacheAware(Policy):
             return InstanceWindow(self.window_setting, "set")
         if not self.groups:
             return InstanceWindow(None, "no conversation group")
+        if not graph.tight_continuations():
+            return InstanceWindow(
+                None,
+                "loose continuations only: a window breaks the sharing across queries,"
+                " which the time model does not price; cache-aware:N sets one",
+            )
         if plan.capacity is None or plan.instance_peak is None:
             return InstanceWindow(None, "sizes not measured")
         capacity = plan.capacity
