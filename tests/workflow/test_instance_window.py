@@ -390,3 +390,22 @@ async def test_the_window_opens_when_the_prefill_it_saves_is_worth_more_than_bat
     assert f"by predicted time on {engine.cost_model.explain()}" in text
     assert chosen in text
     assert text.count(" groups in flight, ") == 2  # both options, with their evictions
+
+
+@pytest.mark.parametrize(("policy", "held"), [("cache-aware", 1), ("cache-aware:4", 2)])
+def test_a_set_window_holds_loose_groups_too_the_automatic_one_tight_groups_only(
+    policy: str, held: int
+) -> None:
+    """Debate and Reflect submitted together: the automatic window weighs and holds
+    Debate's rounds only, as it did before loose groups existed; a set one holds both."""
+    flows = [workload(name, "small").workflows[0] for name in ("debate", "reflect")]
+    graph = lower(flows).graph
+    chosen = get_policy(policy)
+    capacity = EngineCapacity(44, 32, 2048, 16)
+    chosen.prepare(
+        PlanInfo(graph, [(0,)], ChatLayout(WordTokenizer()), 32, capacity, InstancePeak(26, 3))
+    )
+    assert isinstance(chosen, CacheAware)
+    assert len(chosen.groups) == held
+    assert ("analyst" in chosen.group_of_op) == (held == 2)
+    assert chosen.window.groups is not None

@@ -141,8 +141,8 @@ def measure_instance_work(
     conversations, a ledger's size when none does. None for a workflow without LLM
     calls."""
     calls, sites = sample
-    continued_from = lowered.graph.continuations()
-    return instance_work(calls, sites, continued_from, block_size_tokens) if calls else None
+    tight = lowered.graph.tight_continuations()  # the automatic window weighs these
+    return instance_work(calls, sites, tight, block_size_tokens) if calls else None
 
 
 def measure_instance_peak(
@@ -152,9 +152,9 @@ def measure_instance_peak(
     level (:func:`~kalypso.core.instance_window.instance_peak`, each group of each
     instance apart; :meth:`~kalypso.core.graph.TaskGraph.conversation_groups`), the most
     over the ``sample`` (:func:`sample_calls`, where a Python step's output can only
-    make the window larger); None when no call continues a conversation (no window
-    would use it)."""
-    groups = lowered.graph.conversation_groups()
+    make the window larger); None when no call continues a conversation tightly (no
+    automatic window would use it; a set one needs no peak)."""
+    groups = lowered.graph.conversation_groups(tight_only=True)
     if not groups:
         return None
     group_of = {op: index for index, group in enumerate(groups) for op in group}

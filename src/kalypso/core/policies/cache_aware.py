@@ -179,6 +179,10 @@ class CacheAware(Policy):
         self.ledger_choice: TimedChoice | None = None
         """The ledgers weighed by predicted time, when the ledger was chosen so."""
         self.groups: list[frozenset[str]] = []
+        """The conversation groups the window holds: every one when the window is set,
+        else those of tight continuations."""
+        self.loose_only = False
+        """Whether the graph's continuations are all loose (no automatic window)."""
         self.group_of_op: dict[str, int] = {}
         self._started: set[tuple[int, tuple[int, ...]]] = set()
         self._running: set[tuple[int, tuple[int, ...]]] = set()
@@ -201,10 +205,14 @@ class CacheAware(Policy):
             raise PolicyError("cache-aware scheduling needs a task graph and a chat layout")
         nodes = [n for n in graph.nodes if isinstance(n, LLMNode)]
         self.tree = TemplatedRadixTree.of(nodes, layout)
-        self.groups = graph.conversation_groups()
+        tight = graph.conversation_groups(tight_only=True)
+        every = graph.conversation_groups()
+        # a set window holds every group; the automatic one only those of tight
+        # continuations (see the module docstring), which alone are one inner sequence
+        self.groups = every if isinstance(self.window_setting, int) else tight
+        self.loose_only = bool(every) and not tight
         self.group_of_op = {op: index for index, group in enumerate(self.groups) for op in group}
-        tied = graph.conversation_groups(tight_only=True)
-        order, self.sequence_of = operator_order(self.tree, graph.llm_ancestors(), tied)
+        order, self.sequence_of = operator_order(self.tree, graph.llm_ancestors(), tight)
         self.position = {op: i for i, op in enumerate(order)}
         self.choice = None
         self.window = self._window(plan, graph)
@@ -217,14 +225,14 @@ class CacheAware(Policy):
             return InstanceWindow(None, "turned off")
         if isinstance(self.window_setting, int):
             return InstanceWindow(self.window_setting, "set")
-        if not self.groups:
-            return InstanceWindow(None, "no conversation group")
-        if not graph.tight_continuations():
+        if self.loose_only:
             return InstanceWindow(
                 None,
                 "loose continuations only: a window breaks the sharing across queries,"
                 " which the time model does not price; cache-aware:N sets one",
             )
+        if not self.groups:
+            return InstanceWindow(None, "no conversation group")
         if plan.capacity is None or plan.instance_peak is None:
             return InstanceWindow(None, "sizes not measured")
         capacity = plan.capacity
