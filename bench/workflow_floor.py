@@ -82,14 +82,12 @@ class LeastWork:
                 f"{record.get('workflow')}/{record.get('system')}: the record has no engine"
                 " counts (max_num_seqs, requests) to bound its work"
             )
-        steps = max(
-            int(record["longest_chain_tokens"]),
-            math.ceil(record["output_tokens"] / record["max_num_seqs"]),
-            memory_steps(record),
-            int(record.get("least_decode_steps", 0)),
-        )
-        return cls(
-            steps=steps,
+        return cls._of_counts(
+            max_num_seqs=record["max_num_seqs"],
+            generated_tokens=record["output_tokens"],
+            longest_chain_tokens=int(record["longest_chain_tokens"]),
+            memory_steps=memory_steps(record),
+            least_decode_steps=int(record.get("least_decode_steps", 0)),
             prefill_tokens=int(record["min_prefill_tokens"]),
             decode_tokens=int(record["decode_tokens"]),
             attention_pairs=int(record["min_attention_pairs"] + record["decode_attention_pairs"]),
@@ -102,27 +100,49 @@ class LeastWork:
         a result-cache answer took no step).
 
         Raises:
-            ValueError: as :meth:`of` (an engine without a most of running requests).
+            ValueError: as :meth:`of` (no engine request, or an engine without a most of
+                running requests).
         """
-        return cls.of(
-            {
-                "workflow": "the run",
-                "system": result.policy,
-                "max_num_seqs": capacity.max_running_requests or 0,
-                "requests": result.requests,
-                "longest_chain_tokens": result.longest_chain_tokens,
-                # the tokens the engine fed back (a result-cache answer generated none):
-                # no step feeds back more than the engine's sequences
-                "output_tokens": result.decode_tokens,
-                "kv_blocks": capacity.num_blocks,
-                "held_block_steps": result.held_block_steps,
-                "least_decode_steps": result.least_decode_steps,
-                "min_prefill_tokens": result.min_prefill_tokens,
-                "decode_tokens": result.decode_tokens,
-                "min_attention_pairs": result.min_attention_pairs,
-                "decode_attention_pairs": result.decode_attention_pairs,
-            }
+        seqs = capacity.max_running_requests or 0
+        if seqs <= 0 or result.requests <= 0:
+            raise ValueError(
+                f"{result.policy}: the run has no engine counts (max_num_seqs, requests) to"
+                " bound its work"
+            )
+        return cls._of_counts(
+            max_num_seqs=seqs,
+            generated_tokens=result.decode_tokens,
+            longest_chain_tokens=result.longest_chain_tokens,
+            memory_steps=math.ceil(result.held_block_steps / capacity.num_blocks),
+            least_decode_steps=result.least_decode_steps,
+            prefill_tokens=result.min_prefill_tokens,
+            decode_tokens=result.decode_tokens,
+            attention_pairs=result.min_attention_pairs + result.decode_attention_pairs,
         )
+
+    @classmethod
+    def _of_counts(
+        cls,
+        *,
+        max_num_seqs: int,
+        generated_tokens: int,
+        longest_chain_tokens: int,
+        memory_steps: int,
+        least_decode_steps: int,
+        prefill_tokens: int,
+        decode_tokens: int,
+        attention_pairs: int,
+    ) -> LeastWork:
+        """The least work from a run's counts: its steps are the most of the longest
+        chain's tokens, the generated tokens over the engine's sequences and the two
+        memory bounds (see the module docstring)."""
+        steps = max(
+            longest_chain_tokens,
+            math.ceil(generated_tokens / max_num_seqs),
+            memory_steps,
+            least_decode_steps,
+        )
+        return cls(steps, prefill_tokens, decode_tokens, attention_pairs)
 
     def parts_s(self, cost: StepCost) -> dict[str, float]:
         """This work's seconds at ``cost``, by part (as :meth:`StepCost.parts_s`)."""

@@ -181,8 +181,6 @@ class CacheAware(Policy):
         self.groups: list[frozenset[str]] = []
         """The conversation groups the window holds: every one when the window is set,
         else those of tight continuations."""
-        self.loose_only = False
-        """Whether the graph's continuations are all loose (no automatic window)."""
         self.group_of_op: dict[str, int] = {}
         self._started: set[tuple[int, tuple[int, ...]]] = set()
         self._running: set[tuple[int, tuple[int, ...]]] = set()
@@ -206,11 +204,10 @@ class CacheAware(Policy):
         nodes = [n for n in graph.nodes if isinstance(n, LLMNode)]
         self.tree = TemplatedRadixTree.of(nodes, layout)
         tight = graph.conversation_groups(tight_only=True)
-        every = graph.conversation_groups()
         # a set window holds every group; the automatic one only those of tight
         # continuations (see the module docstring), which alone are one inner sequence
-        self.groups = every if isinstance(self.window_setting, int) else tight
-        self.loose_only = bool(every) and not tight
+        set_window = isinstance(self.window_setting, int)
+        self.groups = graph.conversation_groups() if set_window else tight
         self.group_of_op = {op: index for index, group in enumerate(self.groups) for op in group}
         order, self.sequence_of = operator_order(self.tree, graph.llm_ancestors(), tight)
         self.position = {op: i for i, op in enumerate(order)}
@@ -225,7 +222,7 @@ class CacheAware(Policy):
             return InstanceWindow(None, "turned off")
         if isinstance(self.window_setting, int):
             return InstanceWindow(self.window_setting, "set")
-        if self.loose_only:
+        if not self.groups and graph.continuations():  # every continuation is loose
             return InstanceWindow(
                 None,
                 "loose continuations only: a window breaks the sharing across queries,"

@@ -64,8 +64,13 @@ class SimRequest:
         return len(self.all_token_ids) - self.num_prompt_tokens
 
     @property
+    def num_remaining_output_tokens(self) -> int:
+        """Output tokens it has yet to reveal (its output is fixed at the start)."""
+        return len(self.completion.token_ids) - self.num_output_tokens
+
+    @property
     def is_finished(self) -> bool:
-        return self.num_output_tokens == len(self.completion.token_ids)
+        return self.num_remaining_output_tokens == 0
 
     def append_output_token(self) -> None:
         """Reveal the next output token, hashing the block it completes, if any."""

@@ -209,7 +209,7 @@ class Scheduler:
     def _admit_waiting(self, plan: StepPlan, now_s: float) -> None:
         known = self.config.admission == "known-lengths"
         growths = [self._growth(r) for r in self.running] if known else []
-        free_blocks = self.kv.pool.num_free_blocks
+        free_blocks = self.kv.pool.num_free_blocks  # before this loop admits anything
         while (
             self._waiting
             and self._budget_left(plan) > 0
@@ -247,7 +247,7 @@ class Scheduler:
         """Steps from this one until ``request`` has finished: a decoding request reveals
         one token a step; a prompt takes a step per chunk (at most the step's budget) and
         its last chunk reveals the first token."""
-        remaining = len(request.completion.token_ids) - request.num_output_tokens
+        remaining = request.num_remaining_output_tokens
         if uncomputed_tokens <= 1:  # decoding: this step computes its last known token
             return remaining
         return blocks_for(uncomputed_tokens, self.config.max_num_batched_tokens) + remaining - 1
@@ -259,7 +259,7 @@ class Scheduler:
         return Growth(
             tokens=request.num_tokens,
             held_blocks=len(held),
-            remaining_tokens=len(request.completion.token_ids) - request.num_output_tokens,
+            remaining_tokens=request.num_remaining_output_tokens,
             end_steps=self._end_steps(request, request.num_tokens - request.num_computed_tokens),
             freed_blocks=sum(1 for block in held if block.ref_count == 1),
         )
@@ -270,7 +270,7 @@ class Scheduler:
         return Growth(
             tokens=request.num_tokens,
             held_blocks=sum(1 for block in hit.blocks if block.ref_count > 0),
-            remaining_tokens=len(request.completion.token_ids) - request.num_output_tokens,
+            remaining_tokens=request.num_remaining_output_tokens,
             end_steps=self._end_steps(request, request.num_tokens - hit.num_tokens),
             freed_blocks=0,
         )
